@@ -1,0 +1,82 @@
+"""`make` and `register`: environment ids to (env, params)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+GYMNAX_PREFIX = "gymnax:"
+
+_REGISTRY: dict[str, Callable[..., Any]] = {}
+
+
+def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = False) -> None:
+    """Registers `factory(**kwargs) -> env` under `env_id`, for `fusedrl.make(env_id)`.
+
+    The env must follow the gymnax contract (`reset`, `step`, `default_params`, spaces).
+    """
+    if not isinstance(env_id, str) or not env_id:
+        raise TypeError(f"env_id must be a non-empty string, got {env_id!r}.")
+    if env_id.startswith(GYMNAX_PREFIX):
+        raise ValueError(f"ids starting with {GYMNAX_PREFIX!r} are reserved for gymnax environments.")
+    if not callable(factory):
+        raise TypeError(f"factory for {env_id!r} must be callable, got {type(factory).__name__}.")
+    if env_id in _REGISTRY and not overwrite:
+        raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it.")
+    _REGISTRY[env_id] = factory
+
+
+def registered_ids(include_gymnax: bool = True) -> list[str]:
+    """Our ids, then every gymnax id with the `gymnax:` prefix."""
+    ids = list(_REGISTRY)
+    if include_gymnax:
+        import gymnax
+
+        ids += [GYMNAX_PREFIX + i for i in gymnax.registered_envs]
+    return ids
+
+
+def _unknown(env_id: str, valid: list[str]) -> ValueError:
+    close = difflib.get_close_matches(env_id, valid, n=len(valid), cutoff=0.0)
+    return ValueError(
+        f"Unknown environment id {env_id!r}. Valid ids, closest first: {', '.join(close)}. "
+        f"Use fusedrl.register(...) to add your own."
+    )
+
+
+def make(env_id: str, **overrides) -> tuple[Any, Any]:
+    """Builds an environment and its default params.
+
+    Args:
+      env_id: one of ours ("CartPole-v1", ...), or any gymnax id prefixed with "gymnax:"
+        (e.g. "gymnax:Breakout-MinAtar").
+      **overrides: env params to change from their defaults (e.g. gravity=12.0). Names that are not
+        fields of the env's params raise an error listing the valid ones.
+
+    Returns:
+      (env, env_params).
+    """
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a string, got {type(env_id).__name__}.")
+    if env_id.startswith(GYMNAX_PREFIX):
+        import gymnax
+
+        name = env_id[len(GYMNAX_PREFIX) :]
+        if name not in gymnax.registered_envs:
+            raise _unknown(env_id, registered_ids())
+        env, params = gymnax.make(name)
+    else:
+        if env_id not in _REGISTRY:
+            raise _unknown(env_id, registered_ids())
+        env = _REGISTRY[env_id]()
+        params = env.default_params
+    if overrides:
+        fields = set(getattr(params, "__dataclass_fields__", {}))
+        bad = sorted(set(overrides) - fields)
+        if bad:
+            raise ValueError(
+                f"{env_id}: unknown env param(s) {bad}; valid params are {sorted(fields)}."
+            )
+        params = params.replace(**overrides)
+    return env, params
