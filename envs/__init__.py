@@ -1,5 +1,6 @@
 """fusedrl.envs: pure-JAX environments on the gymnax 1.0 contract, a registry, and wrappers."""
 
+from fusedrl.envs.acrobot import Acrobot, AcrobotParams
 from fusedrl.envs.base import (
     Box,
     Discrete,
@@ -11,12 +12,21 @@ from fusedrl.envs.base import (
     space_info,
 )
 from fusedrl.envs.cartpole import CartPole, CartPoleParams
+from fusedrl.envs.mountain_car import MountainCar, MountainCarParams
+from fusedrl.envs.mountain_car_continuous import MountainCarContinuous, MountainCarContinuousParams
+from fusedrl.envs.pendulum import Pendulum, PendulumParams
 from fusedrl.envs.registry import make, register, registered_ids
 from fusedrl.envs.vector import VecEnv, VecEnvState
 
 register("CartPole-v1", CartPole)
+register("Acrobot-v1", Acrobot)
+register("MountainCar-v0", MountainCar)
+register("MountainCarContinuous-v0", MountainCarContinuous)
+register("Pendulum-v1", Pendulum)
 
 __all__ = [
+    "Acrobot",
+    "AcrobotParams",
     "Box",
     "CartPole",
     "CartPoleParams",
@@ -24,6 +34,12 @@ __all__ = [
     "EnvParams",
     "EnvState",
     "Environment",
+    "MountainCar",
+    "MountainCarContinuous",
+    "MountainCarContinuousParams",
+    "MountainCarParams",
+    "Pendulum",
+    "PendulumParams",
     "VecEnv",
     "VecEnvState",
     "check_action",
