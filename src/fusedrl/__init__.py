@@ -1,7 +1,40 @@
-"""fusedrl: on-policy reinforcement learning fused into one device-resident JAX program."""
+"""fusedrl: on-policy reinforcement learning fused into one device-resident JAX program.
+
+    env, env_params = fusedrl.make("CartPole-v1")
+    config = fusedrl.PPOConfig(env_id="CartPole-v1", num_envs=16, num_steps=128,
+                               total_timesteps=500_000)
+    train = fusedrl.make_train(config)
+    result = jax.jit(train)(jax.random.key(0))
+    returns = fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=64)
+"""
 
 from fusedrl.envs import make, register, registered_ids
+from fusedrl.evaluation import evaluate
+from fusedrl.train import (
+    PRESETS,
+    TRACED_FIELDS,
+    Hyperparams,
+    PPOConfig,
+    RunnerState,
+    TrainResult,
+    make_train,
+    preset,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "make", "register", "registered_ids"]
+__all__ = [
+    "PRESETS",
+    "TRACED_FIELDS",
+    "Hyperparams",
+    "PPOConfig",
+    "RunnerState",
+    "TrainResult",
+    "__version__",
+    "evaluate",
+    "make",
+    "make_train",
+    "preset",
+    "register",
+    "registered_ids",
+]

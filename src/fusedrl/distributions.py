@@ -1,0 +1,65 @@
+"""The two policy distributions PPO needs, in a few lines of jnp.
+
+distrax would pull in TensorFlow Probability; these are small enough to own, and are tested
+against SciPy/NumPy references in tests/test_distributions.py. Each distribution is a pytree, so it
+can be returned from jitted and vmapped functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class Categorical:
+    """Categorical over the last axis of `logits` [..., K]."""
+
+    logits: jax.Array  # [..., K] unnormalised log-probabilities
+
+    @property
+    def log_probs(self) -> jax.Array:
+        return jax.nn.log_softmax(self.logits, axis=-1)
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return jax.random.categorical(key, self.logits, axis=-1).astype(jnp.int32)
+
+    def mode(self) -> jax.Array:
+        return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        """log pi(a) [...] for integer actions a [...]."""
+        logp = self.log_probs
+        return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+    def entropy(self) -> jax.Array:
+        logp = self.log_probs
+        return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+@struct.dataclass
+class DiagGaussian:
+    """Independent Gaussians over the last axis: mean [..., D], log_std [..., D] (broadcastable)."""
+
+    mean: jax.Array  # [..., D]
+    log_std: jax.Array  # [D] or [..., D]
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        noise = jax.random.normal(key, self.mean.shape, self.mean.dtype)
+        return self.mean + jnp.exp(self.log_std) * noise
+
+    def mode(self) -> jax.Array:
+        return self.mean
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        """Sum over D of log N(a_d; mean_d, std_d); shape [...]."""
+        z = (action - self.mean) * jnp.exp(-self.log_std)
+        per_dim = -0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)
+        return jnp.sum(per_dim, axis=-1)
+
+    def entropy(self) -> jax.Array:
+        per_dim = self.log_std + 0.5 * (1.0 + math.log(2 * math.pi))
+        return jnp.sum(jnp.broadcast_to(per_dim, self.mean.shape), axis=-1)

@@ -1,0 +1,71 @@
+"""Evaluation of a trained policy, on device: N episodes in parallel, greedy by default."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fusedrl.train.config import PPOConfig
+from fusedrl.train.ppo import PPO, TrainResult, make_train
+
+
+def evaluate(
+    config: PPOConfig,
+    result: TrainResult,
+    key: jax.Array,
+    num_episodes: int = 64,
+    *,
+    greedy: bool = True,
+) -> jax.Array:
+    """Returns of `num_episodes` episodes of the trained policy, float32 [num_episodes].
+
+    Runs the episodes as `num_episodes` parallel envs until each has finished its first episode
+    (a `lax.while_loop`, jittable). Observations are normalised with the run's final statistics,
+    frozen; returns are raw (never reward-normalised). Actions are the policy's mode when `greedy`,
+    else samples.
+
+    `result` may come from `jax.vmap(train)` (a leading seed axis on every leaf): then the returns
+    have shape [num_seeds, num_episodes], one row per seed, each with its own key.
+    """
+    trainer = make_train(config)
+    if int(num_episodes) < 1:
+        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}.")
+    num_episodes = int(num_episodes)
+    single = jax.eval_shape(trainer.init, jax.random.key(0)).params
+    leaf, ref = jax.tree.leaves(result.params)[0], jax.tree.leaves(single)[0]
+    if leaf.ndim == ref.ndim + 1:
+        keys = jax.random.split(key, leaf.shape[0])
+        return jax.vmap(lambda r, k: _evaluate(trainer, r, k, num_episodes, greedy))(result, keys)
+    if leaf.ndim != ref.ndim:
+        raise ValueError(
+            f"result.params do not match config {config.env_id!r}: a leaf has shape {leaf.shape}, "
+            f"expected {ref.shape} (or one leading seed axis)."
+        )
+    return _evaluate(trainer, result, key, num_episodes, greedy)
+
+
+def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy: bool):
+    hparams = result.hparams
+    stats = trainer.obs_stats(result.state, hparams)
+    venv = trainer.make_env(hparams, num_envs=num_episodes, obs_stats=stats)
+    params = result.params
+    k_reset, key = jax.random.split(key)
+    obs, env_state = venv.reset(k_reset, hparams.env_params)
+    zeros = jnp.zeros(num_episodes, jnp.float32)
+    finished = jnp.zeros(num_episodes, bool)
+
+    def cond(carry):
+        return ~jnp.all(carry[4])
+
+    def body(carry):
+        env_state, obs, key, returns, finished = carry
+        key, k_act = jax.random.split(key)
+        pi, _ = trainer.network.apply(params, obs)
+        action = pi.mode() if greedy else pi.sample(k_act)
+        obs, env_state, _, _, _, info = venv.step(env_state, action, hparams.env_params)
+        first = info["episode_done"] & ~finished
+        returns = jnp.where(first, info["episode_return"], returns)
+        return env_state, obs, key, returns, finished | info["episode_done"]
+
+    carry = jax.lax.while_loop(cond, body, (env_state, obs, key, zeros, finished))
+    return carry[3]

@@ -1,0 +1,218 @@
+"""The fused PPO trainer: config validation, the guarantees of DESIGN.md, metrics, evaluation."""
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fusedrl
+from fusedrl.train import PPOConfig, make_train
+
+SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
+             update_epochs=2, num_minibatches=2, hidden_sizes=(16,))
+
+
+@pytest.fixture(scope="module")
+def small():
+    config = PPOConfig(**SMALL)
+    train = make_train(config)
+    jitted = jax.jit(train)
+    return config, train, jitted, jitted(jax.random.key(0))
+
+
+# ------------------------------------------------------------------------------------- config
+def test_config_derived_values():
+    c = PPOConfig(num_envs=8, num_steps=32, total_timesteps=10_000, num_minibatches=4)
+    assert (c.batch_size, c.minibatch_size, c.num_updates, c.env_steps) == (256, 64, 39, 9984)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.lr = 1.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, words",
+    [
+        (dict(num_envs=3, num_steps=5, num_minibatches=4), ValueError,
+         ["num_minibatches=4", "15", "[1, 3, 5, 15]"]),
+        (dict(num_envs=0), ValueError, ["num_envs", "positive"]),
+        (dict(num_steps=-1), ValueError, ["num_steps"]),
+        (dict(num_envs=2.0), TypeError, ["num_envs", "int"]),
+        (dict(total_timesteps=100), ValueError, ["total_timesteps", "num_envs * num_steps"]),
+        (dict(lrr=1e-3), TypeError, ["'lrr'", "Did you mean 'lr'"]),
+        (dict(gamma=1.5), ValueError, ["gamma", "(0, 1]"]),
+        (dict(lr="fast"), TypeError, ["lr", "number"]),
+        (dict(activation="sigmoid"), ValueError, ["activation", "tanh"]),
+        (dict(hidden_sizes=(64, 0)), ValueError, ["hidden_sizes"]),
+        (dict(normalize_obs=1), TypeError, ["normalize_obs"]),
+    ],
+)
+def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
+    with pytest.raises(exc) as info:
+        PPOConfig(**kwargs)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
+def test_config_replace_and_dict_roundtrip():
+    c = PPOConfig(env_params={"gravity": 12.0})
+    assert PPOConfig.from_dict(c.to_dict()) == c
+    assert hash(c) == hash(PPOConfig.from_dict(c.to_dict()))
+    with pytest.raises(TypeError, match="gama"):
+        c.replace(gama=0.9)
+    with pytest.raises(TypeError, match="read-only"):
+        c.env_params["gravity"] = 1.0
+
+
+def test_unknown_env_and_env_param_fail_at_make_train():
+    with pytest.raises(ValueError, match="CartPole-v1"):
+        make_train(PPOConfig(env_id="CartPol-v1"))
+    with pytest.raises(ValueError, match="gravity"):
+        make_train(PPOConfig(env_params={"gravty": 1.0}))
+
+
+# ---------------------------------------------------------------------------------- guarantees
+def test_metrics_shapes_and_values(small):
+    config, _, _, result = small
+    m = result.metrics
+    assert set(m) == set(fusedrl.train.METRIC_NAMES)
+    for name, x in m.items():
+        assert x.shape == (config.num_updates,), name
+        assert np.all(np.isfinite(np.asarray(x, np.float64))), name
+    np.testing.assert_array_equal(m["env_steps"], config.batch_size * np.arange(1, 7))
+    # Linear annealing from lr towards 0, constant within an update.
+    np.testing.assert_allclose(m["learning_rate"], config.lr * (1 - np.arange(6) / 6), rtol=1e-6)
+    assert np.all(m["entropy"] > 0) and np.all(m["entropy"] <= np.log(2) + 1e-6)
+    # Random CartPole episodes last ~20 steps: none can end within the first update's 16 steps
+    # per env (reported as 0 completed, return 0), and several end in every later update.
+    assert m["episodes_completed"][0] == 0 and m["episode_return"][0] == 0
+    assert np.all(m["episodes_completed"][1:] > 0)
+    assert np.all((m["episode_return"][1:] >= 8) & (m["episode_return"][1:] <= 100))
+    np.testing.assert_array_equal(m["episode_return"], m["episode_length"])  # reward 1 per step
+
+
+def test_episode_return_carried_not_nan_when_no_episode_completes():
+    # 500-step episodes cannot complete within an 8-step update from the start: the metric
+    # must say 0 episodes and report a finite carried value, never NaN.
+    c = PPOConfig(env_id="Pendulum-v1", num_envs=2, num_steps=8, total_timesteps=2 * 8 * 3,
+                  num_minibatches=1, update_epochs=1, hidden_sizes=(8,))
+    m = jax.jit(make_train(c))(jax.random.key(0)).metrics
+    np.testing.assert_array_equal(m["episodes_completed"], 0)
+    np.testing.assert_array_equal(m["episode_return"], 0.0)
+
+
+def test_same_key_bit_identical(small):
+    config, train, jitted, result = small
+    again = jax.jit(make_train(config))(jax.random.key(0))  # a fresh compile too
+    for name in result.metrics:
+        np.testing.assert_array_equal(result.metrics[name], again.metrics[name], err_msg=name)
+    chex.assert_trees_all_equal(result.params, again.params)
+    other = jitted(jax.random.key(1))
+    assert not np.array_equal(other.metrics["policy_loss"], result.metrics["policy_loss"])
+
+
+def test_no_host_transfers_inside_train(small):
+    _, _, jitted, _ = small
+    key = jax.random.key(3)
+    with jax.transfer_guard("disallow"):
+        out = jitted(key)
+        jax.block_until_ready(out)
+
+
+def test_vmap_over_seeds_traces_once():
+    config = PPOConfig(**SMALL)
+    train = make_train(config)
+    traced = chex.assert_max_traces(train.__call__, n=1)
+    fn = jax.jit(jax.vmap(traced))
+    keys = jax.random.split(jax.random.key(0), 8)
+    out = fn(keys)
+    out2 = fn(jax.random.split(jax.random.key(1), 8))  # new keys: no retrace
+    assert out.metrics["episode_return"].shape == (8, config.num_updates)
+    assert out2.metrics["policy_loss"].shape == (8, config.num_updates)
+    # Per-seed results: seeds differ, and seed i matches a single run with key i.
+    assert len({np.asarray(out.metrics["policy_loss"][i]).tobytes() for i in range(8)}) == 8
+    single = jax.jit(train)(keys[3])
+    np.testing.assert_allclose(out.metrics["episode_return"][3], single.metrics["episode_return"],
+                               rtol=1e-4)
+
+
+def test_traced_hyperparameters_do_not_retrace(small):
+    config, train, _, _ = small
+    traced = chex.assert_max_traces(train.__call__, n=1)
+    fn = jax.jit(traced)
+    hp = config.hparams()
+    a = fn(jax.random.key(0), hp)
+    b = fn(jax.random.key(0), hp.replace(lr=jnp.float32(1e-2), ent_coef=jnp.float32(0.0)))
+    assert not np.array_equal(a.metrics["policy_loss"], b.metrics["policy_loss"])
+    np.testing.assert_allclose(b.metrics["learning_rate"][0], 1e-2)
+    # Env params are traced too: vmapping over gravity needs no new program.
+    hps = jax.tree.map(lambda x: jnp.stack([x, x]), hp)
+    hps = hps.replace(env_params=hps.env_params.replace(gravity=jnp.array([9.8, 20.0])))
+    out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), hps)
+    assert out.metrics["episode_return"].shape == (2, config.num_updates)
+
+
+def test_hparams_type_is_checked(small):
+    _, train, _, _ = small
+    with pytest.raises(TypeError, match="Hyperparams"):
+        train(jax.random.key(0), {"lr": 1e-3})
+
+
+def test_memory_does_not_grow_with_total_timesteps():
+    def out_bytes(total):
+        train = make_train(PPOConfig(**{**SMALL, "total_timesteps": total}))
+        shapes = jax.eval_shape(train, jax.random.key(0))
+        state = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes.state))
+        metrics = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes.metrics))
+        return state, metrics, PPOConfig(**{**SMALL, "total_timesteps": total}).num_updates
+
+    s1, m1, n1 = out_bytes(64 * 10)
+    s2, m2, n2 = out_bytes(64 * 10_000)
+    assert s1 == s2  # the carried state is the same size
+    assert m2 / m1 == n2 / n1  # metrics are per-update scalars only
+
+
+def test_resume_continues_the_same_run(small):
+    config, train, jitted, result = small
+    hp = config.hparams()
+    half = jax.jit(lambda k: train.run(train.init(k, hp), hp, 3))(jax.random.key(0))
+    rest = jax.jit(lambda s: train.run(s, hp, 3))(half.state)
+    joined = np.concatenate([half.metrics["policy_loss"], rest.metrics["policy_loss"]])
+    np.testing.assert_allclose(joined, result.metrics["policy_loss"], rtol=1e-5, atol=1e-7)
+
+
+def test_callback_every_k_updates():
+    seen = []
+    config = PPOConfig(**SMALL)
+    train = make_train(config, callback=lambda m: seen.append(int(m["env_steps"])), callback_every=2)
+    jax.block_until_ready(jax.jit(train)(jax.random.key(0)))
+    jax.effects_barrier()
+    assert sorted(seen) == [config.batch_size * u for u in (2, 4, 6)]
+
+
+# ----------------------------------------------------------------------------- env varieties
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
+def test_other_action_and_observation_spaces_train(env_id):
+    c = PPOConfig(env_id=env_id, num_envs=2, num_steps=8, total_timesteps=2 * 8 * 2,
+                  num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,
+                  normalize_reward=True)
+    r = jax.jit(make_train(c))(jax.random.key(0))
+    for name, x in r.metrics.items():
+        assert np.all(np.isfinite(np.asarray(x, np.float64))), name
+    returns = fusedrl.evaluate(c, r, jax.random.key(1), num_episodes=2)
+    assert returns.shape == (2,) and np.all(np.isfinite(returns))
+
+
+# --------------------------------------------------------------------------------- evaluation
+def test_evaluate_single_and_vmapped(small):
+    config, train, _, result = small
+    ev = jax.jit(lambda r, k: fusedrl.evaluate(config, r, k, num_episodes=5))
+    a = ev(result, jax.random.key(1))
+    assert a.shape == (5,) and np.all(a >= 8) and np.all(a <= 500)
+    np.testing.assert_array_equal(a, ev(result, jax.random.key(1)))
+    seeds = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
+    b = fusedrl.evaluate(config, seeds, jax.random.key(1), num_episodes=3)
+    assert b.shape == (2, 3)
+    with pytest.raises(ValueError, match="num_episodes"):
+        fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=0)

@@ -1,0 +1,234 @@
+"""`PPOConfig`: every PPO knob, frozen and validated; `Hyperparams`: the traced numbers.
+
+Static fields fix shapes and control flow (env id, counts, layer sizes, flags): changing one means a
+new compile. Traced fields are plain numbers that become leaves of a `Hyperparams` pytree, which
+`train(key, hparams)` takes explicitly, so `jax.vmap` over them (sweeps) compiles once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+# Names of the PPOConfig fields that are traced (swept without recompiling).
+TRACED_FIELDS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+
+
+@struct.dataclass
+class Hyperparams:
+    """Traced hyperparameters of one run; every leaf may carry a leading vmap axis."""
+
+    lr: jax.Array
+    gamma: jax.Array
+    gae_lambda: jax.Array
+    clip_eps: jax.Array
+    ent_coef: jax.Array
+    vf_coef: jax.Array
+    max_grad_norm: jax.Array
+    env_params: Any  # the env's params dataclass (physics constants, time limit)
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Configuration of a PPO run. Field names follow PureJaxRL's (lower-case).
+
+    Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
+    num_minibatches, anneal_lr, hidden_sizes, activation, normalize_obs, normalize_reward,
+    normalize_adv, clip_value_loss, env_params.
+    Traced (vmappable, see `TRACED_FIELDS`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
+    max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
+    defaults with `env_params` overrides applied.
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 4
+    num_steps: int = 128
+    total_timesteps: int = 500_000
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    lr: float = 2.5e-4
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    normalize_adv: bool = True
+    clip_value_loss: bool = True
+    env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        # Normalise containers so the config is hashable and prints the same however it was built.
+        object.__setattr__(self, "hidden_sizes", _as_int_tuple(self.hidden_sizes))
+        object.__setattr__(self, "env_params", _FrozenDict(self.env_params))
+        _validate(self)
+
+    # Derived values are computed, never stored.
+    @property
+    def batch_size(self) -> int:
+        """Transitions collected per update: num_envs * num_steps."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps actually taken: num_updates * batch_size (<= total_timesteps)."""
+        return self.num_updates * self.batch_size
+
+    def replace(self, **changes) -> PPOConfig:
+        _check_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["hidden_sizes"] = list(self.hidden_sizes)
+        d["env_params"] = dict(self.env_params)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PPOConfig:
+        _check_names(d)
+        return cls(**d)
+
+    def hparams(self, env_params=None) -> Hyperparams:
+        """The traced hyperparameters as float32 arrays, with the env's params.
+
+        Args:
+          env_params: the env's params; default: `fusedrl.make(env_id, **self.env_params)[1]`.
+        """
+        if env_params is None:
+            from fusedrl.envs import make
+
+            env_params = make(self.env_id, **self.env_params)[1]
+        values = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in TRACED_FIELDS}
+        return Hyperparams(**values, env_params=env_params)
+
+
+class _FrozenDict(dict):
+    """A dict that refuses mutation and can be hashed (PPOConfig is frozen)."""
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.items())))
+
+    def _immutable(self, *args, **kwargs):
+        raise TypeError("PPOConfig.env_params is read-only; use config.replace(env_params={...}).")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _immutable
+
+
+_FIELDS = None
+
+
+def _field_names() -> list[str]:
+    global _FIELDS
+    if _FIELDS is None:
+        _FIELDS = [f.name for f in dataclasses.fields(PPOConfig)]
+    return _FIELDS
+
+
+def _check_names(d: Mapping[str, Any]) -> None:
+    valid = _field_names()
+    for name in d:
+        if name not in valid:
+            close = difflib.get_close_matches(name, valid, n=3)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise TypeError(f"PPOConfig has no field {name!r}.{hint} Valid fields: {', '.join(valid)}.")
+
+
+_dataclass_init = PPOConfig.__init__
+
+
+def _init_with_names(self, *args, **kwargs):
+    _check_names(kwargs)
+    _dataclass_init(self, *args, **kwargs)
+
+
+PPOConfig.__init__ = _init_with_names  # unknown keywords get a "did you mean" instead of a bare TypeError
+
+
+def _as_int_tuple(x) -> tuple[int, ...]:
+    if isinstance(x, int):
+        return (x,)
+    try:
+        return tuple(x)
+    except TypeError:
+        raise TypeError(f"hidden_sizes must be a sequence of positive ints, got {x!r}.") from None
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return (isinstance(v, int | float) and not isinstance(v, bool)) or (
+        hasattr(v, "dtype") and getattr(v, "shape", None) == ()
+    )
+
+
+def _validate(c: PPOConfig) -> None:
+    if not isinstance(c.env_id, str) or not c.env_id:
+        raise TypeError(f"env_id must be an environment id string, got {c.env_id!r}.")
+    for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
+        v = getattr(c, name)
+        if not _is_int(v):
+            raise TypeError(f"{name} must be an int, got {v!r} ({type(v).__name__}).")
+        if v <= 0:
+            raise ValueError(f"{name} must be positive, got {v}.")
+    if c.total_timesteps < c.batch_size:
+        raise ValueError(
+            f"total_timesteps={c.total_timesteps} is smaller than one update's batch "
+            f"(num_envs * num_steps = {c.batch_size}); raise total_timesteps or lower num_envs/num_steps."
+        )
+    if c.total_timesteps >= 2**31:
+        raise ValueError(f"total_timesteps={c.total_timesteps} must be < 2**31 (int32 step counters).")
+    if c.batch_size % c.num_minibatches:
+        divisors = [d for d in range(1, min(c.batch_size, 64) + 1) if c.batch_size % d == 0]
+        raise ValueError(
+            f"num_minibatches={c.num_minibatches} does not divide the batch "
+            f"(num_envs * num_steps = {c.num_envs} * {c.num_steps} = {c.batch_size}); "
+            f"choose num_minibatches among {divisors} or change num_envs/num_steps."
+        )
+    for name in TRACED_FIELDS:
+        v = getattr(c, name)
+        if not _is_number(v):
+            raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
+    checks = {
+        "lr": (c.lr > 0, "must be > 0"),
+        "gamma": (0 < c.gamma <= 1, "must be in (0, 1]"),
+        "gae_lambda": (0 <= c.gae_lambda <= 1, "must be in [0, 1]"),
+        "clip_eps": (c.clip_eps > 0, "must be > 0"),
+        "ent_coef": (c.ent_coef >= 0, "must be >= 0"),
+        "vf_coef": (c.vf_coef >= 0, "must be >= 0"),
+        "max_grad_norm": (c.max_grad_norm > 0, "must be > 0"),
+    }
+    for name, (ok, rule) in checks.items():
+        if not ok:
+            raise ValueError(f"{name} {rule}, got {getattr(c, name)}.")
+    for name in ("anneal_lr", "normalize_obs", "normalize_reward", "normalize_adv", "clip_value_loss"):
+        v = getattr(c, name)
+        if not isinstance(v, bool):
+            raise TypeError(f"{name} must be True or False, got {v!r}.")
+    if not c.hidden_sizes or not all(_is_int(w) and w > 0 for w in c.hidden_sizes):
+        raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints, got {c.hidden_sizes}.")
+    from fusedrl.networks import ACTIVATIONS
+
+    if c.activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {c.activation!r}.")

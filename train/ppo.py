@@ -1,0 +1,362 @@
+"""PPO as one pure function: `make_train(config)(key, hparams) -> TrainResult`.
+
+The whole run is a `lax.scan` over updates; each update is a rollout (`lax.scan` over steps of
+`num_envs` vectorised envs), GAE, and `update_epochs` passes of shuffled minibatch Adam steps
+(`lax.scan` over epochs and minibatches). Discrete and continuous policies share this skeleton;
+only the network's distribution head differs. Nothing leaves the device unless a callback is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
+from fusedrl.envs import wrappers as W
+from fusedrl.networks import ActorCritic
+from fusedrl.train.advantages import gae
+from fusedrl.train.config import Hyperparams, PPOConfig
+from fusedrl.train.losses import Batch, explained_variance, ppo_loss
+
+METRIC_NAMES = (
+    "episode_return",
+    "episode_length",
+    "episodes_completed",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_fraction",
+    "explained_variance",
+    "learning_rate",
+    "env_steps",
+)
+
+
+class Transition(NamedTuple):
+    """One rollout step of N envs; the rollout stacks these to [T, N, ...]."""
+
+    obs: jax.Array  # [N, obs_dim] observation acted on
+    action: jax.Array  # [N] or [N, act_dim]
+    log_prob: jax.Array  # [N]
+    value: jax.Array  # [N] V(obs)
+    reward: jax.Array  # [N] (normalised if normalize_reward)
+    terminated: jax.Array  # [N] bool
+    done: jax.Array  # [N] bool, terminated | truncated
+    next_obs: jax.Array  # [N, obs_dim] observation after the step, before any auto-reset
+    episode_done: jax.Array  # [N] bool, an episode completed here (for statistics)
+    episode_return: jax.Array  # [N] raw return of that episode, 0 elsewhere
+    episode_length: jax.Array  # [N] its length, 0 elsewhere
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything a run carries from one update to the next (and what a checkpoint saves)."""
+
+    params: Any  # actor-critic parameters
+    opt_state: Any  # optax state (its step count drives the learning-rate schedule)
+    env_state: Any  # wrapped VecEnv state: env states, reset pool, normaliser statistics, env key
+    obs: jax.Array  # [N, obs_dim] float32 current observations
+    key: jax.Array  # PRNG key for actions and minibatch shuffling
+    update: jax.Array  # [] int32 updates completed
+    last_return: jax.Array  # [] float32 mean return of the latest update that completed an episode
+    last_length: jax.Array  # [] float32 its mean length
+
+
+@struct.dataclass
+class TrainResult:
+    """Final state of a run and its per-update metrics (each metric [num_updates])."""
+
+    state: RunnerState
+    metrics: dict[str, jax.Array]
+    hparams: Hyperparams
+
+    @property
+    def params(self):
+        return self.state.params
+
+
+class PPO:
+    """The train function `make_train` returns: `train(key, hparams=None) -> TrainResult`.
+
+    Also exposes the pieces for resuming and inspection: `init(key, hparams)` builds a
+    `RunnerState`; `run(state, hparams, num_updates)` continues training from one.
+
+    Args:
+      config: a validated `PPOConfig`.
+      callback: optional host function `callback(metrics: dict[str, np.ndarray])`, called every
+        `callback_every` updates from inside the jitted run via `jax.debug.callback` (under vmap it
+        receives the per-seed metrics stacked). Off by default: no host transfer happens.
+      callback_every: updates between callbacks.
+    """
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        *,
+        callback: Callable[[dict[str, Any]], None] | None = None,
+        callback_every: int = 1,
+    ):
+        if not isinstance(config, PPOConfig):
+            raise TypeError(f"make_train takes a PPOConfig, got {type(config).__name__}.")
+        if int(callback_every) < 1:
+            raise ValueError(f"callback_every must be >= 1, got {callback_every}.")
+        self.config = config
+        self.callback = callback
+        self.callback_every = int(callback_every)
+        self.env, self.env_params = make(config.env_id, **config.env_params)
+        act_space = self.env.action_space(self.env_params)
+        if isinstance(act_space, Discrete):
+            self.discrete, action_dim = True, int(act_space.n)
+        elif isinstance(act_space, Box) and len(act_space.shape) == 1:
+            self.discrete, action_dim = False, int(act_space.shape[0])
+        else:
+            raise ValueError(
+                f"{config.env_id}: PPO supports Discrete and 1-D Box action spaces, "
+                f"got {space_info(act_space)}."
+            )
+        self.network = ActorCritic(
+            action_dim=action_dim,
+            discrete=self.discrete,
+            hidden_sizes=config.hidden_sizes,
+            activation=config.activation,
+        )
+
+    # ----------------------------------------------------------------------------------- pieces
+    def default_hparams(self) -> Hyperparams:
+        return self.config.hparams(self.env_params)
+
+    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None):
+        """The wrapped vectorised env (built per call: reward normalisation uses traced gamma).
+
+        With `obs_stats` (a `RunningMeanStd`) it is the evaluation stack instead: observations are
+        normalised with those frozen statistics and rewards are left alone.
+        """
+        c = self.config
+        training = obs_stats is None
+        venv = W.EpisodeStatistics(VecEnv(self.env, num_envs or c.num_envs))
+        venv = W.FlattenObservation(venv)
+        if not self.discrete:
+            venv = W.ClipAction(venv)
+        if c.normalize_reward and training:
+            venv = W.NormalizeReward(venv, gamma=hparams.gamma)
+        if c.normalize_obs:
+            venv = W.NormalizeObservation(venv, update=training, stats=obs_stats)
+        return venv
+
+    def obs_stats(self, state: RunnerState, hparams: Hyperparams | None = None):
+        """The observation normaliser's statistics in `state` (None without normalize_obs)."""
+        if not self.config.normalize_obs:
+            return None
+        venv = self.make_env(self._check_hparams(hparams))
+        return W.find_wrapper_state(venv, state.env_state, W.NormalizeObservation).obs_stats
+
+    def make_optimizer(self, hparams: Hyperparams) -> optax.GradientTransformation:
+        c = self.config
+        steps_per_update = c.update_epochs * c.num_minibatches
+        if c.anneal_lr:
+            lr = partial(_linear_anneal, lr=hparams.lr, steps_per_update=steps_per_update,
+                         num_updates=c.num_updates)
+        else:
+            lr = hparams.lr
+        return optax.chain(
+            optax.clip_by_global_norm(hparams.max_grad_norm),
+            optax.adam(learning_rate=lr, eps=1e-5),
+        )
+
+    def learning_rate(self, hparams: Hyperparams, update: jax.Array) -> jax.Array:
+        """The learning rate in effect at the start of update `update` (0-based)."""
+        c = self.config
+        if not c.anneal_lr:
+            return hparams.lr
+        steps = c.update_epochs * c.num_minibatches
+        return _linear_anneal(update * steps, hparams.lr, steps, c.num_updates)
+
+    def _check_hparams(self, hparams):
+        if hparams is None:
+            return self.default_hparams()
+        if not isinstance(hparams, Hyperparams):
+            raise TypeError(
+                f"hparams must be a fusedrl Hyperparams (config.hparams() or train.default_hparams()), "
+                f"got {type(hparams).__name__}."
+            )
+        return hparams
+
+    # ------------------------------------------------------------------------------------ init
+    def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
+        hparams = self._check_hparams(hparams)
+        k_env, k_net, key = jax.random.split(key, 3)
+        venv = self.make_env(hparams)
+        obs, env_state = venv.reset(k_env, hparams.env_params)
+        params = self.network.init(k_net, obs[:1])
+        opt_state = self.make_optimizer(hparams).init(params)
+        zero = jnp.zeros((), jnp.float32)
+        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero)
+
+    # --------------------------------------------------------------------------------- rollout
+    def rollout(self, state: RunnerState, hparams: Hyperparams, venv, key):
+        """Steps the envs `num_steps` times with the current policy; returns (state, [T, N] batch)."""
+        c = self.config
+
+        def step(carry, k):
+            env_state, obs = carry
+            pi, value = self.network.apply(state.params, obs)
+            action = pi.sample(k)
+            log_prob = pi.log_prob(action)
+            next_obs, env_state, reward, terminated, truncated, info = venv.step(
+                env_state, action, hparams.env_params
+            )
+            t = Transition(
+                obs=obs,
+                action=action,
+                log_prob=log_prob,
+                value=value,
+                reward=reward,
+                terminated=terminated,
+                done=terminated | truncated,
+                next_obs=info["final_observation"],
+                episode_done=info["episode_done"],
+                episode_return=info["episode_return"],
+                episode_length=info["episode_length"],
+            )
+            return (env_state, next_obs), t
+
+        (env_state, obs), traj = jax.lax.scan(
+            step, (state.env_state, state.obs), jax.random.split(key, c.num_steps)
+        )
+        return state.replace(env_state=env_state, obs=obs), traj
+
+    # ---------------------------------------------------------------------------------- update
+    def advantages(self, params, traj: Transition, hparams: Hyperparams):
+        """GAE over the [T, N] rollout; returns (advantages, targets), each [T, N]."""
+        v_next = self.network.apply(params, traj.next_obs)[1]
+        adv = jax.vmap(gae, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1)(
+            traj.reward, traj.value, v_next, traj.terminated, traj.done,
+            hparams.gamma, hparams.gae_lambda,
+        )
+        return adv, adv + traj.value
+
+    def learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key):
+        """`update_epochs` passes of shuffled minibatch gradient steps over a flat batch [B, ...]."""
+        c = self.config
+        optimizer = self.make_optimizer(hparams)
+        loss_fn = partial(
+            ppo_loss,
+            apply_fn=self.network.apply,
+            clip_eps=hparams.clip_eps,
+            vf_coef=hparams.vf_coef,
+            ent_coef=hparams.ent_coef,
+            normalize_adv=c.normalize_adv,
+            clip_value_loss=c.clip_value_loss,
+        )
+        grad_fn = jax.grad(loss_fn, has_aux=True)
+
+        def minibatch_step(carry, mb):
+            params, opt_state = carry
+            grads, stats = grad_fn(params, batch=mb)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), stats
+
+        def epoch(carry, k):
+            perm = jax.random.permutation(k, c.batch_size)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((c.num_minibatches, c.minibatch_size) + x.shape[1:]), batch
+            )
+            return jax.lax.scan(minibatch_step, carry, shuffled)
+
+        (params, opt_state), stats = jax.lax.scan(
+            epoch, (params, opt_state), jax.random.split(key, c.update_epochs)
+        )
+        return params, opt_state, jax.tree.map(jnp.mean, stats)
+
+    def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
+        """One PPO update: rollout, GAE, learning. Returns (new state, metrics of this update)."""
+        c = self.config
+        key, k_roll, k_learn = jax.random.split(state.key, 3)
+        state, traj = self.rollout(state, hparams, venv, k_roll)
+        adv, targets = self.advantages(state.params, traj, hparams)
+
+        def flat(x):
+            return x.reshape((c.batch_size,) + x.shape[2:])
+
+        batch = Batch(
+            obs=flat(traj.obs), action=flat(traj.action), log_prob=flat(traj.log_prob),
+            value=flat(traj.value), advantage=flat(adv), target=flat(targets),
+        )
+        lr = self.learning_rate(hparams, state.update)
+        params, opt_state, stats = self.learn(state.params, state.opt_state, batch, hparams, k_learn)
+
+        # Episode statistics over the episodes that completed during this update. When none did,
+        # report the latest update that had one (episodes_completed = 0 says so), never NaN.
+        n_done = traj.episode_done.sum()
+        has = n_done > 0
+        denom = jnp.maximum(n_done, 1).astype(jnp.float32)
+        ret = jnp.where(has, jnp.sum(traj.episode_return * traj.episode_done) / denom, state.last_return)
+        length = jnp.where(
+            has, jnp.sum(traj.episode_length * traj.episode_done) / denom, state.last_length
+        )
+        update = state.update + 1
+        metrics = {
+            "episode_return": ret,
+            "episode_length": length,
+            "episodes_completed": n_done.astype(jnp.int32),
+            **stats._asdict(),
+            "explained_variance": explained_variance(batch.value, batch.target),
+            "learning_rate": jnp.asarray(lr, jnp.float32),
+            "env_steps": update * c.batch_size,
+        }
+        state = state.replace(
+            params=params, opt_state=opt_state, key=key, update=update,
+            last_return=ret.astype(jnp.float32), last_length=length.astype(jnp.float32),
+        )
+        return state, metrics
+
+    # ------------------------------------------------------------------------------------- run
+    def run(
+        self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None
+    ) -> TrainResult:
+        """Continues training from `state` for `num_updates` updates (default: the config's)."""
+        hparams = self._check_hparams(hparams)
+        n = self.config.num_updates if num_updates is None else int(num_updates)
+        venv = self.make_env(hparams)
+
+        def body(state, i):
+            state, metrics = self.update_step(state, hparams, venv)
+            if self.callback is not None:
+                # `i` comes from the scan's xs, so it is never batched by vmap and the cond stays a
+                # real branch: the host is called every `callback_every` updates, not every update.
+                jax.lax.cond(
+                    (i + 1) % self.callback_every == 0,
+                    lambda m: jax.debug.callback(self.callback, m),
+                    lambda m: None,
+                    metrics,
+                )
+            return state, metrics
+
+        state, metrics = jax.lax.scan(body, state, jnp.arange(n, dtype=jnp.int32))
+        return TrainResult(state=state, metrics=metrics, hparams=hparams)
+
+    def __call__(self, key: jax.Array, hparams: Hyperparams | None = None) -> TrainResult:
+        hparams = self._check_hparams(hparams)
+        return self.run(self.init(key, hparams), hparams)
+
+
+def _linear_anneal(count, lr, steps_per_update, num_updates):
+    """PureJaxRL's schedule: lr * (1 - update / num_updates), constant within an update."""
+    frac = 1.0 - (count // steps_per_update) / num_updates
+    return lr * frac
+
+
+def make_train(config: PPOConfig, **kwargs) -> PPO:
+    """Returns the pure train function for `config`: `train(key, hparams=None) -> TrainResult`.
+
+    `jax.jit(train)(key)` runs the whole training on the device; `jax.jit(jax.vmap(train))(keys)`
+    trains one agent per key in one program. Keyword arguments go to `PPO` (callback options).
+    """
+    return PPO(config, **kwargs)
