@@ -245,6 +245,7 @@ class PPO:
     def learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key):
         """`update_epochs` passes of shuffled minibatch gradient steps over a flat batch [B, ...]."""
         c = self.config
+        batch_size = batch.advantage.shape[0]
         optimizer = self.make_optimizer(hparams)
         loss_fn = partial(
             ppo_loss,
@@ -264,9 +265,9 @@ class PPO:
             return (optax.apply_updates(params, updates), opt_state), stats
 
         def epoch(carry, k):
-            perm = jax.random.permutation(k, c.batch_size)
+            perm = jax.random.permutation(k, batch_size)
             shuffled = jax.tree.map(
-                lambda x: x[perm].reshape((c.num_minibatches, c.minibatch_size) + x.shape[1:]), batch
+                lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch
             )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
@@ -276,14 +277,24 @@ class PPO:
         return params, opt_state, jax.tree.map(jnp.mean, stats)
 
     def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
-        """One PPO update: rollout, GAE, learning. Returns (new state, metrics of this update)."""
+        """One PPO update: rollout, then `learn_from_rollout`. Returns (new state, metrics)."""
+        key, k_roll = jax.random.split(state.key)
+        state, traj = self.rollout(state.replace(key=key), hparams, venv, k_roll)
+        return self.learn_from_rollout(state, traj, hparams)
+
+    def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams):
+        """GAE and `update_epochs` of minibatch steps on a [T, N] rollout, plus this update's
+        metrics. Independent of where the rollout came from (the fused envs or a host bridge).
+
+        Returns (state with new params/opt_state/key/update counter, metrics dict of scalars).
+        """
         c = self.config
-        key, k_roll, k_learn = jax.random.split(state.key, 3)
-        state, traj = self.rollout(state, hparams, venv, k_roll)
+        key, k_learn = jax.random.split(state.key)
         adv, targets = self.advantages(state.params, traj, hparams)
+        num_steps, num_envs = traj.reward.shape
 
         def flat(x):
-            return x.reshape((c.batch_size,) + x.shape[2:])
+            return x.reshape((num_steps * num_envs,) + x.shape[2:])
 
         batch = Batch(
             obs=flat(traj.obs), action=flat(traj.action), log_prob=flat(traj.log_prob),
