@@ -1,0 +1,78 @@
+"""Smoke tests of `python -m fusedrl.bench`: the dispatcher and the `envs` benchmark at tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import fusedrl.bench
+from fusedrl.bench import envs as bench_envs
+
+TINY = ["--num-envs", "1,4", "--steps", "5", "--repeats", "1", "--min-time", "0"]
+
+
+def test_envs_bench_prints_table_and_json_rows(capsys):
+    assert bench_envs.main(TINY) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+
+    assert any("jax " in line and "device " in line for line in lines), out
+    header = [i for i, line in enumerate(lines) if line.split()[:1] == ["num_envs"]]
+    assert len(header) == 1, out
+    table = [line.split() for line in lines[header[0] + 1 : header[0] + 3]]
+    assert [int(row[0]) for row in table] == [1, 4], out
+    for row in table:
+        assert row[-1].endswith("x") and float(row[-1][:-1]) > 0, out
+
+    rows = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [row["num_envs"] for row in rows] == [1, 4]
+    for row in rows:
+        assert row["bench"] == "envs" and row["env_id"] == "CartPole-v1"
+        assert row["jax"] and row["device"]
+        assert row["scan_steps"] >= 5
+        for field in ("ours_steps_per_s", "gymnax_steps_per_s", "ratio", "paired_ratio"):
+            assert math.isfinite(row[field]) and row[field] > 0, (field, row)
+        assert len(row["ours_seconds"]) == len(row["gymnax_seconds"]) == 1
+        expected = row["ours_steps_per_s"] / row["gymnax_steps_per_s"]
+        assert row["ratio"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("bad", [["--num-envs", "0"], ["--num-envs", "4,x"], ["--repeats", "0"]])
+def test_envs_bench_rejects_bad_arguments(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench_envs.main(bad)
+    assert exc.value.code == 2
+    assert "positive integer" in capsys.readouterr().err
+
+
+def test_subcommands_include_envs_and_skip_private_modules():
+    names = fusedrl.bench.subcommands()
+    assert "envs" in names
+    assert not any(name.startswith("_") for name in names)
+
+
+def test_unknown_subcommand_lists_valid_ones(capsys):
+    assert fusedrl.bench.main(["nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown subcommand 'nope'" in err
+    assert "envs" in err
+
+
+def test_no_subcommand_prints_usage(capsys):
+    assert fusedrl.bench.main([]) == 2
+    assert "usage: python -m fusedrl.bench <subcommand>" in capsys.readouterr().err
+    assert fusedrl.bench.main(["--help"]) == 0
+    assert "envs" in capsys.readouterr().out
+
+
+def test_module_entry_point_reports_unknown_subcommand():
+    proc = subprocess.run(
+        [sys.executable, "-m", "fusedrl.bench", "nope"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc
+    assert "unknown subcommand 'nope'" in proc.stderr
+    assert "envs" in proc.stderr
