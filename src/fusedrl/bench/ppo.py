@@ -1,0 +1,153 @@
+"""PPO training throughput (env steps/s) and compile time at PureJaxRL's CartPole configs.
+
+    python -m fusedrl.bench ppo [--configs default,seeds8,wide] [--repeats 3]
+                                [--peer-python .peers-venv/bin/python]
+
+Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps per agent):
+  default  1 seed,  4 envs x 128 steps
+  seeds8   8 seeds vmapped, 4 envs x 128 steps (aggregate steps/s)
+  wide     1 seed,  2048 envs x 16 steps
+
+Compile time is measured apart (`.lower().compile()`); steps/s times execution only. With
+`--peer-python`, the peer script `../shared/peers/rejax_ppo.py` runs in that interpreter for each
+config, alternating with ours in every repeat, and the table adds the ratio of medians. The
+machine is noisy: only ratios measured in the same run mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+CONFIGS = {
+    "default": dict(seeds=1, num_envs=4, num_steps=128),
+    "seeds8": dict(seeds=8, num_envs=4, num_steps=128),
+    "wide": dict(seeds=1, num_envs=2048, num_steps=16),
+}
+PEER_SCRIPT = os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "..", "shared", "peers", "rejax_ppo.py"
+)
+
+
+def run_ours(seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
+    from fusedrl.train import PPOConfig, make_train
+
+    config = PPOConfig(
+        env_id="CartPole-v1",
+        num_envs=num_envs,
+        num_steps=num_steps,
+        total_timesteps=total,
+        update_epochs=4,
+        num_minibatches=4,
+        lr=2.5e-4,
+        hidden_sizes=(64, 64),
+        activation="tanh",
+    )
+    train = make_train(config)
+    keys = jax.random.split(jax.random.key(0), seeds)
+    fn = jax.jit(jax.vmap(train))
+    t0 = time.perf_counter()
+    compiled = fn.lower(keys).compile()
+    t1 = time.perf_counter()
+    result = compiled(keys)
+    jax.block_until_ready(result)
+    t2 = time.perf_counter()
+    steps = config.env_steps * seeds
+    ret = float(np.asarray(result.metrics["episode_return"])[:, -1].mean())
+    return {"impl": "fusedrl", "compile_s": t1 - t0, "train_s": t2 - t1, "sps": steps / (t2 - t1), "ret": ret}
+
+
+def run_peer(python: str, script: str, seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
+    out = subprocess.run(
+        [python, script, str(seeds), str(num_envs), str(num_steps), str(total)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fusedrl.bench ppo", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--configs", default="default,seeds8,wide", help="comma-separated among " + ",".join(CONFIGS)
+    )
+    p.add_argument("--total-timesteps", type=int, default=500_000, help="env steps per agent")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--peer-python", default=None, help="interpreter with rejax installed (../shared/peers)")
+    p.add_argument("--peer-script", default=os.path.normpath(PEER_SCRIPT))
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    bad = [n for n in names if n not in CONFIGS]
+    if bad:
+        p.error(f"unknown config(s) {bad}; valid: {', '.join(CONFIGS)}")
+    print(
+        f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs, "
+        f"{args.total_timesteps} steps per agent, {args.repeats} repeats"
+    )
+    header = f"{'config':<8} {'impl':<8} {'compile s':>9} {'steps/s':>10} {'final ret':>9}"
+    rows = []
+    for name in names:
+        cfg = CONFIGS[name]
+        runs: dict[str, list[dict]] = {"fusedrl": [], "peer": []}
+        for r in range(args.repeats):
+            order = ["fusedrl", "peer"] if r % 2 == 0 else ["peer", "fusedrl"]
+            for impl in order:
+                if impl == "fusedrl":
+                    # A fresh process per run, like the peer: no warm compile caches in either.
+                    runs["fusedrl"].append(_subprocess_ours(cfg, args.total_timesteps))
+                elif args.peer_python:
+                    runs["peer"].append(
+                        run_peer(args.peer_python, args.peer_script, **cfg, total=args.total_timesteps)
+                    )
+        row = {"config": name, **cfg}
+        for impl, rs in runs.items():
+            if rs:
+                row[impl] = {
+                    "sps": statistics.median(x["sps"] for x in rs),
+                    "compile_s": statistics.median(x["compile_s"] for x in rs),
+                    "ret": statistics.median(x["ret"] for x in rs),
+                    "sps_runs": [round(x["sps"]) for x in rs],
+                }
+        if runs["peer"]:
+            row["ratio"] = row["fusedrl"]["sps"] / row["peer"]["sps"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print()
+    print(header)
+    for row in rows:
+        for impl in ("fusedrl", "peer"):
+            if impl in row:
+                r = row[impl]
+                label = "rejax" if impl == "peer" else impl
+                print(
+                    f"{row['config']:<8} {label:<8} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['ret']:>9.1f}"
+                )
+        if "ratio" in row:
+            print(f"{row['config']:<8} ratio fusedrl/rejax steps/s (median of runs): {row['ratio']:.2f}x")
+    return 0
+
+
+def _subprocess_ours(cfg: dict, total: int) -> dict:
+    code = (
+        "import json, sys; from fusedrl.bench.ppo import run_ours; "
+        f"print(json.dumps(run_ours({cfg['seeds']}, {cfg['num_envs']}, {cfg['num_steps']}, {total})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
