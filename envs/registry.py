@@ -50,7 +50,8 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
 
     Args:
       env_id: one of ours ("CartPole-v1", ...), or any gymnax id prefixed with "gymnax:"
-        (e.g. "gymnax:Breakout-MinAtar").
+        (e.g. "gymnax:Breakout-MinAtar"), or any Gymnasium id prefixed with "gymnasium:"
+        (a host env: returns (HostEnv, None); its overrides go to gymnasium.make).
       **overrides: env params to change from their defaults (e.g. gravity=12.0). Names that are not
         fields of the env's params raise an error listing the valid ones.
 
@@ -59,6 +60,12 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
     """
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}.")
+    # --- host bridge: "gymnasium:<id>" is a Gymnasium env stepped on the host (envs/host.py).
+    if env_id.startswith("gymnasium:"):
+        from fusedrl.envs.host import make_host_env  # lazy: gymnasium is optional
+
+        return make_host_env(env_id, **overrides)
+    # --- end host bridge
     if env_id.startswith(GYMNAX_PREFIX):
         import gymnax
 
