@@ -94,6 +94,10 @@ class PPO:
         `callback_every` updates from inside the jitted run via `jax.debug.callback` (under vmap it
         receives the per-seed metrics stacked). Off by default: no host transfer happens.
       callback_every: updates between callbacks.
+      axis_name: data parallelism (`fusedrl.sweep.data_parallel_train`): the name of a mapped axis
+        (`shard_map`/`vmap`) over which shards of one agent run. Each shard steps its own envs with
+        its own randomness; gradients and advantage-normalisation statistics are averaged over the
+        axis (`lax.pmean`), so parameters stay identical on every shard. None: a plain agent.
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class PPO:
         *,
         callback: Callable[[dict[str, Any]], None] | None = None,
         callback_every: int = 1,
+        axis_name: str | None = None,
     ):
         if not isinstance(config, PPOConfig):
             raise TypeError(f"make_train takes a PPOConfig, got {type(config).__name__}.")
@@ -110,6 +115,7 @@ class PPO:
         self.config = config
         self.callback = callback
         self.callback_every = int(callback_every)
+        self.axis_name = axis_name
         self.env, self.env_params = make(config.env_id, **config.env_params)
         act_space = self.env.action_space(self.env_params)
         if isinstance(act_space, Discrete):
@@ -192,6 +198,9 @@ class PPO:
     def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
         hparams = self._check_hparams(hparams)
         k_env, k_net, key = jax.random.split(key, 3)
+        if self.axis_name is not None:  # data parallel: shard-specific envs and actions, shared params
+            shard = jax.lax.axis_index(self.axis_name)
+            k_env, key = jax.random.fold_in(k_env, shard), jax.random.fold_in(key, shard)
         venv = self.make_env(hparams)
         obs, env_state = venv.reset(k_env, hparams.env_params)
         params = self.network.init(k_net, obs[:1])
@@ -253,14 +262,20 @@ class PPO:
             clip_eps=hparams.clip_eps,
             vf_coef=hparams.vf_coef,
             ent_coef=hparams.ent_coef,
-            normalize_adv=c.normalize_adv,
+            normalize_adv=c.normalize_adv and self.axis_name is None,
             clip_value_loss=c.clip_value_loss,
         )
         grad_fn = jax.grad(loss_fn, has_aux=True)
 
         def minibatch_step(carry, mb):
             params, opt_state = carry
+            if self.axis_name is not None and c.normalize_adv:  # statistics of the global minibatch
+                mean = jax.lax.pmean(mb.advantage.mean(), self.axis_name)
+                var = jax.lax.pmean(jnp.mean((mb.advantage - mean) ** 2), self.axis_name)
+                mb = mb._replace(advantage=(mb.advantage - mean) / (jnp.sqrt(var) + 1e-8))
             grads, stats = grad_fn(params, batch=mb)
+            if self.axis_name is not None:
+                grads = jax.lax.pmean(grads, self.axis_name)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
 
@@ -369,5 +384,14 @@ def make_train(config: PPOConfig, **kwargs) -> PPO:
 
     `jax.jit(train)(key)` runs the whole training on the device; `jax.jit(jax.vmap(train))(keys)`
     trains one agent per key in one program. Keyword arguments go to `PPO` (callback options).
+
+    A "gymnasium:<id>" env_id gives the host-environment bridge instead (`fusedrl.bridge.HostPPO`):
+    same parts and results format, but envs step on the host, so `train(key)` is not jittable.
     """
+    # --- host bridge (src/fusedrl/bridge.py): Gymnasium envs step on the host.
+    if isinstance(config, PPOConfig) and config.env_id.startswith("gymnasium:"):
+        from fusedrl.bridge import HostPPO  # lazy: the bridge imports this module
+
+        return HostPPO(config, **kwargs)
+    # --- end host bridge
     return PPO(config, **kwargs)

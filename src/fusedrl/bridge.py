@@ -1,0 +1,393 @@
+"""The host-environment bridge: PPO on Gymnasium envs stepped on the host.
+
+`fusedrl.make_train(PPOConfig(env_id="gymnasium:CartPole-v1", ...))` returns a `HostPPO`: the
+architecture of GA3C's predictor or rlstructures' `DeviceEnv`. A `gymnasium.vector.SyncVectorEnv`
+steps on the host; each step ships the observations to the device, where one jitted call
+normalises them (if asked) and samples the actions, which come back to the host. After `num_steps`
+steps the rollout goes to the fused trainer's own `PPO.learn_from_rollout` (GAE, the minibatch
+epochs and the metrics), jitted once. No PPO math lives here, and the results have the fused
+path's format: a `TrainResult` with the same metric names, each [num_updates].
+
+It is a host loop, so `train(key)` is a plain Python function: `jax.jit(train)` and
+`jax.vmap(train)` raise an error saying so. Evaluate with `fusedrl.bridge.evaluate` (the env runs
+on the host), not `fusedrl.evaluate`.
+
+Episode ends follow Gymnasium 1.x with same-step autoreset: a finished env resets inside the step
+that ended its episode and reports its last observation in `info["final_obs"]`, which becomes the
+transition's `next_obs`. GAE then bootstraps from that observation's value when the episode was
+truncated (time limit), never when it terminated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from fusedrl.envs.host import HostEnv, HostEnvError, is_host_env_id
+from fusedrl.envs.wrappers import RunningMeanStd
+from fusedrl.train.config import Hyperparams, PPOConfig
+from fusedrl.train.ppo import PPO, RunnerState, TrainResult, Transition
+
+# The normalisers' settings, as in fusedrl.envs.wrappers (NormalizeObservation / NormalizeReward).
+_NORM_EPS = 1e-8
+_NORM_CLIP = 10.0
+
+
+@struct.dataclass
+class HostEnvState:
+    """What of the env lives on the device: the normalisers (the envs themselves are on the host)."""
+
+    obs_stats: RunningMeanStd | None  # mean/var [obs_dim]; None without normalize_obs
+    return_stats: RunningMeanStd | None  # mean/var []; None without normalize_reward
+    discounted_return: jax.Array | None  # [N] float32 per-env discounted return (reward scaling)
+
+
+class Probe:
+    """Wall-clock accounting of a bridge rollout, by phase (for `fusedrl.profile`).
+
+    With a probe the rollout waits for every device call (`block_until_ready`), so each phase's
+    time is its own: "env" (Gymnasium `step`), "to_device" / "to_host" (transfers), "policy"
+    (the jitted policy call), "host" (the rest of the Python loop: bookkeeping, encoding).
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def start(self):
+        self._last = time.perf_counter()
+
+    def tick(self, phase: str):
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
+        self._last = now
+
+
+def _refuse_tracers(env_id: str, *args):
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
+        raise TypeError(
+            f"The training function for {env_id!r} is the host-environment bridge: Gymnasium steps "
+            f"the envs on the host, in a Python loop, so it cannot be traced by jax.jit, jax.vmap "
+            f"or jax.grad. Call it directly: train(key). (Only its policy and update run jitted on "
+            f"the device; for a fully fused program use a JAX env id such as 'CartPole-v1'.)"
+        )
+
+
+class HostPPO(PPO):
+    """PPO on a host (Gymnasium) env: `train(key, hparams=None) -> TrainResult`, not jittable.
+
+    Reuses `PPO`'s network, optimiser, learning-rate schedule and `learn_from_rollout`; replaces
+    the rollout with a host loop over a Gymnasium vector env.
+
+    Args:
+      config: a `PPOConfig` whose env_id starts with "gymnasium:"; `env_params` go to
+        `gymnasium.make` as keyword arguments.
+      callback: optional `callback(metrics: dict[str, np.ndarray])`, called on the host every
+        `callback_every` updates with that update's metrics.
+      callback_every: updates between callbacks.
+    """
+
+    #: `jax.jit(train)` is not possible: callers (the CLI) check this to call `train(key)` directly.
+    jittable = False
+
+    def __init__(self, config: PPOConfig, *, callback: Callable | None = None, callback_every: int = 1):
+        if not isinstance(config, PPOConfig):
+            raise TypeError(f"make_train takes a PPOConfig, got {type(config).__name__}.")
+        if not is_host_env_id(config.env_id):
+            raise ValueError(f"HostPPO trains 'gymnasium:' env ids, got {config.env_id!r}.")
+        super().__init__(config, callback=callback, callback_every=callback_every)
+        assert isinstance(self.env, HostEnv)
+        # One compile each per trainer; their shapes are fixed by the config.
+        self._act = jax.jit(self.act)
+        self._observe = jax.jit(self.observe)
+        self._policy_step = jax.jit(self.policy_step)
+        self._learn = jax.jit(self.learn_host_rollout)
+
+    # ------------------------------------------------------------------ not a device env
+    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None):
+        raise TypeError(
+            f"{self.config.env_id} is a Gymnasium env stepped on the host: there is no device "
+            f"vectorised env to build (fusedrl.evaluate runs on the device). Evaluate with "
+            f"fusedrl.bridge.evaluate(config, result, key, num_episodes)."
+        )
+
+    def obs_stats(self, state: RunnerState, hparams: Hyperparams | None = None):
+        return state.env_state.obs_stats
+
+    # ----------------------------------------------------------------------- device pieces
+    def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
+        """Parameters, optimiser state and fresh normalisers; `obs` is a placeholder of zeros
+        until `run` resets the host envs."""
+        hparams = self._check_hparams(hparams)
+        c = self.config
+        k_env, k_net, key = jax.random.split(key, 3)
+        del k_env  # same split as PPO.init, so the network's init key matches the fused path's
+        obs = jnp.zeros((c.num_envs, self.env.obs_dim), jnp.float32)
+        params = self.network.init(k_net, obs[:1])
+        opt_state = self.make_optimizer(hparams).init(params)
+        env_state = HostEnvState(
+            obs_stats=RunningMeanStd.create((self.env.obs_dim,)) if c.normalize_obs else None,
+            return_stats=RunningMeanStd.create(()) if c.normalize_reward else None,
+            discounted_return=jnp.zeros((c.num_envs,), jnp.float32) if c.normalize_reward else None,
+        )
+        zero = jnp.zeros((), jnp.float32)
+        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero)
+
+    def observe(self, env_state: HostEnvState, raw_obs: jax.Array, raw_final: jax.Array | None = None):
+        """Observations [N, obs_dim] as the policy sees them (NormalizeObservation's order: the
+        statistics absorb `raw_obs` first; `raw_final`, the pre-reset observations, is normalised
+        with the same statistics but not counted). Returns (env_state, obs, final)."""
+        raw_obs = jnp.asarray(raw_obs, jnp.float32)
+        if env_state.obs_stats is None:
+            final = None if raw_final is None else jnp.asarray(raw_final, jnp.float32)
+            return env_state, raw_obs, final
+        stats = env_state.obs_stats.update(raw_obs)
+
+        def norm(x):
+            return stats.normalize(jnp.asarray(x, jnp.float32), epsilon=_NORM_EPS, clip=_NORM_CLIP)
+
+        final = None if raw_final is None else norm(raw_final)
+        return env_state.replace(obs_stats=stats), norm(raw_obs), final
+
+    def act(self, params, obs: jax.Array, key: jax.Array):
+        """Samples actions for obs [N, obs_dim]: returns (action, log_prob [N], value [N], key)."""
+        key, k_act = jax.random.split(key)
+        pi, value = self.network.apply(params, obs)
+        action = pi.sample(k_act)
+        return action, pi.log_prob(action), value, key
+
+    def policy_step(self, params, env_state, key, raw_obs, raw_final=None):
+        """`observe` then `act` on the new observations: the one device call per env step."""
+        env_state, obs, final = self.observe(env_state, raw_obs, raw_final)
+        action, log_prob, value, key = self.act(params, obs, key)
+        return env_state, obs, final, action, log_prob, value, key
+
+    def scale_rewards(self, env_state: HostEnvState, reward: jax.Array, done: jax.Array, gamma):
+        """NormalizeReward over a [T, N] rollout, step by step as the wrapper does it."""
+        if env_state.return_stats is None:
+            return env_state, reward
+
+        def step(carry, x):
+            stats, disc = carry
+            r, d = x
+            returns = (disc * gamma + r).astype(jnp.float32)
+            stats = stats.update(returns)
+            scaled = stats.normalize(r, epsilon=_NORM_EPS, clip=_NORM_CLIP, center=False)
+            return (stats, jnp.where(d, 0.0, returns)), scaled
+
+        (stats, disc), scaled = jax.lax.scan(
+            step, (env_state.return_stats, env_state.discounted_return), (reward, done)
+        )
+        return env_state.replace(return_stats=stats, discounted_return=disc), scaled
+
+    def transition(self, env_state: HostEnvState, steps, host: dict[str, Any], gamma):
+        """Assembles the [T, N] `Transition` from the per-step device outputs (`steps`: lists of
+        T arrays, see `collect`) and the host arrays, scaling rewards if the config asks.
+        Returns (env_state, traj)."""
+        obs, action, log_prob, value = (jnp.stack(x) for x in steps[:4])
+        finals = steps[4]  # T device arrays (normalised on the way) or one host array [T, N, D]
+        next_obs = jnp.stack(finals) if isinstance(finals, list | tuple) else jnp.asarray(finals)
+        env_state, reward = self.scale_rewards(
+            env_state, jnp.asarray(host["reward"], jnp.float32), host["done"], gamma
+        )
+        traj = Transition(
+            obs=obs, action=action, log_prob=log_prob, value=value, reward=reward,
+            terminated=host["terminated"], done=host["done"], next_obs=next_obs,
+            episode_done=host["episode_done"], episode_return=host["episode_return"],
+            episode_length=host["episode_length"],
+        )
+        return env_state, traj
+
+    def learn_host_rollout(self, state: RunnerState, steps, host: dict[str, Any], hparams: Hyperparams):
+        """`transition`, then the fused trainer's `learn_from_rollout` (GAE, epochs, metrics)."""
+        env_state, traj = self.transition(state.env_state, steps, host, hparams.gamma)
+        return self.learn_from_rollout(state.replace(env_state=env_state), traj, hparams)
+
+    # -------------------------------------------------------------------------- host loop
+    def run(self, state: RunnerState, hparams: Hyperparams | None = None,
+            num_updates: int | None = None) -> TrainResult:
+        """Trains from `state` for `num_updates` updates (default: the config's) on fresh host
+        envs, seeded from `state.key`. A resumed run starts new episodes: the host envs are not
+        part of `state`. The vector env is closed on return and on error."""
+        _refuse_tracers(self.config.env_id, state, hparams)
+        hparams = self._check_hparams(hparams)
+        n = self.config.num_updates if num_updates is None else int(num_updates)
+        envs = self.env.make_vec(self.config.num_envs)
+        try:
+            state, episode = self.reset_envs(envs, state)
+            history = []
+            for i in range(n):
+                state, episode, traj = self.collect(envs, state, episode)
+                state, metrics = self._learn(state, *traj, hparams)
+                history.append(metrics)
+                if self.callback is not None and (i + 1) % self.callback_every == 0:
+                    self.callback(jax.device_get(metrics))
+        finally:
+            envs.close()
+        metrics = {k: jnp.stack([m[k] for m in history]) for k in history[0]} if history else {}
+        return TrainResult(state=state, metrics=metrics, hparams=hparams)
+
+    def __call__(self, key: jax.Array, hparams: Hyperparams | None = None) -> TrainResult:
+        _refuse_tracers(self.config.env_id, key, hparams)
+        hparams = self._check_hparams(hparams)
+        return self.run(self.init(key, hparams), hparams)
+
+    def reset_envs(self, envs, state: RunnerState):
+        """Resets the host envs (seeded from `state.key`); returns (state with the first
+        observations, per-env episode counters)."""
+        key, k_seed = jax.random.split(state.key)
+        seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
+        try:
+            raw, _ = envs.reset(seed=seed)
+        except Exception as e:
+            raise HostEnvError(f"{self.config.env_id}: reset raised {type(e).__name__}: {e}") from e
+        env_state, obs, _ = self._observe(state.env_state, self.env.encode_obs(raw))
+        n = self.config.num_envs
+        episode = (np.zeros(n, np.float64), np.zeros(n, np.int64))  # running return, length
+        return state.replace(env_state=env_state, obs=obs, key=key), episode
+
+    def collect(self, envs, state: RunnerState, episode, probe: Probe | None = None):
+        """Steps the host envs `num_steps` times with the current policy.
+
+        Returns (state, episode counters, (steps, host arrays)) where the last pair is what
+        `learn_host_rollout` takes. With a `probe`, every phase is timed (and synchronised).
+        """
+        c, env = self.config, self.env
+        T, N = c.num_steps, c.num_envs
+        norm = c.normalize_obs
+        ep_ret, ep_len = episode
+        obs_l, act_l, logp_l, val_l, final_l = [], [], [], [], []
+        host = {
+            "reward": np.zeros((T, N), np.float32),
+            "terminated": np.zeros((T, N), bool),
+            "done": np.zeros((T, N), bool),
+            "episode_done": np.zeros((T, N), bool),
+            "episode_return": np.zeros((T, N), np.float32),
+            "episode_length": np.zeros((T, N), np.int32),
+        }
+        raw_finals = None if norm else np.zeros((T, N, env.obs_dim), np.float32)
+        params, env_state, obs, key = state.params, state.env_state, state.obs, state.key
+        if probe is not None:
+            probe.start()
+        action, log_prob, value, key = self._act(params, obs, key)
+        if probe is not None:
+            jax.block_until_ready(action)
+            probe.tick("policy")
+        for t in range(T):
+            obs_l.append(obs), act_l.append(action), logp_l.append(log_prob), val_l.append(value)
+            a_host = env.decode_action(np.asarray(action))
+            if probe is not None:
+                probe.tick("to_host")
+            try:
+                raw, reward, terminated, truncated, info = envs.step(a_host)
+            except Exception as e:
+                raise HostEnvError(
+                    f"{c.env_id}: step raised {type(e).__name__}: {e} (update {int(state.update)}, "
+                    f"step {t} of {T}); training stopped and the environments were closed."
+                ) from e
+            if probe is not None:
+                probe.tick("env")
+            done = terminated | truncated
+            next_obs = env.encode_obs(raw)
+            final = next_obs
+            if done.any():
+                final = next_obs.copy()
+                ended = np.flatnonzero(info["_final_obs"])
+                final[ended] = env.encode_obs(np.stack([info["final_obs"][i] for i in ended]))
+            ep_ret += reward
+            ep_len += 1
+            h = host
+            h["reward"][t], h["terminated"][t], h["done"][t] = reward, terminated, done
+            h["episode_done"][t] = done
+            h["episode_return"][t] = np.where(done, ep_ret, 0.0)
+            h["episode_length"][t] = np.where(done, ep_len, 0)
+            ep_ret[done], ep_len[done] = 0.0, 0
+            if not norm:
+                raw_finals[t] = final
+            if probe is not None:
+                probe.tick("host")
+                next_obs = jax.block_until_ready(jax.device_put(next_obs))
+                final = jax.block_until_ready(jax.device_put(final)) if norm else None
+                probe.tick("to_device")
+            if t + 1 < T:
+                env_state, obs, f, action, log_prob, value, key = self._policy_step(
+                    params, env_state, key, next_obs, final if norm else None
+                )
+            else:  # the last observation: normalise it, but act on it only after the update
+                env_state, obs, f = self._observe(env_state, next_obs, final if norm else None)
+            if norm:
+                final_l.append(f)
+            if probe is not None:
+                jax.block_until_ready((obs, action))
+                probe.tick("policy")
+        steps = (obs_l, act_l, logp_l, val_l, final_l if norm else raw_finals)
+        state = state.replace(env_state=env_state, obs=obs, key=key)
+        return state, (ep_ret, ep_len), (steps, host)
+
+
+def evaluate(
+    config: PPOConfig,
+    result: TrainResult,
+    key: jax.Array,
+    num_episodes: int = 64,
+    *,
+    greedy: bool = True,
+    max_steps: int | None = None,
+) -> jax.Array:
+    """Returns [num_episodes] float32 of a trained bridge policy, run on the host envs.
+
+    The host counterpart of `fusedrl.evaluate`: `num_episodes` Gymnasium envs, each until its first
+    episode ends (or `max_steps` steps, default: the env's time limit or 100_000), observations
+    normalised with the run's final statistics (frozen), raw returns, greedy (mode) actions unless
+    `greedy=False`.
+    """
+    trainer = make_host_train(config)
+    num_episodes = int(num_episodes)
+    if num_episodes < 1:
+        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}.")
+    env = trainer.env
+    stats = trainer.obs_stats(result.state)
+    limit = max_steps or env.max_episode_steps or 100_000
+
+    @jax.jit
+    def policy(params, raw_obs, key):
+        obs = jnp.asarray(raw_obs, jnp.float32)
+        if stats is not None:
+            obs = stats.normalize(obs, epsilon=_NORM_EPS, clip=_NORM_CLIP)
+        pi, _ = trainer.network.apply(params, obs)
+        key, k = jax.random.split(key)
+        return (pi.mode() if greedy else pi.sample(k)), key
+
+    envs = env.make_vec(num_episodes)
+    try:
+        key, k_seed = jax.random.split(key)
+        raw, _ = envs.reset(seed=int(jax.random.randint(k_seed, (), 0, 2**31 - 1)))
+        returns = np.zeros(num_episodes, np.float64)
+        finished = np.zeros(num_episodes, bool)
+        for _ in range(limit):
+            action, key = policy(result.params, env.encode_obs(raw), key)
+            try:
+                raw, reward, terminated, truncated, _ = envs.step(env.decode_action(np.asarray(action)))
+            except Exception as e:
+                raise HostEnvError(f"{config.env_id}: step raised {type(e).__name__}: {e}") from e
+            returns += np.where(finished, 0.0, reward)
+            finished |= terminated | truncated
+            if finished.all():
+                break
+    finally:
+        envs.close()
+    return jnp.asarray(returns, jnp.float32)
+
+
+def make_host_train(config: PPOConfig, **kwargs) -> HostPPO:
+    """The bridge trainer for a "gymnasium:" config (what `fusedrl.make_train` returns for it)."""
+    return HostPPO(config, **kwargs)
+
+
+__all__ = ["HostEnvState", "HostPPO", "Probe", "evaluate", "make_host_train"]

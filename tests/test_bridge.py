@@ -1,0 +1,184 @@
+"""The host-environment bridge: `gymnasium:` ids in `make` and `make_train`, episode ends, bad input,
+and a real learning threshold on CartPole."""
+
+from __future__ import annotations
+
+import gymnasium
+import jax
+import numpy as np
+import pytest
+
+import fusedrl
+from fusedrl.bridge import HostPPO, evaluate
+from fusedrl.envs import Box, Discrete
+from fusedrl.envs.host import HostEnv, HostEnvError
+from fusedrl.train import METRIC_NAMES, PPOConfig, make_train
+
+CARTPOLE = "gymnasium:CartPole-v1"
+TINY = dict(env_id=CARTPOLE, num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3, update_epochs=1,
+            num_minibatches=2, hidden_sizes=(8,), normalize_obs=True, normalize_reward=True)
+
+
+# ------------------------------------------------------------------------- test environments
+class _Base(gymnasium.Env):
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(3, np.float32), 1.0, False, self.t >= 50, {}
+
+
+class _RaisesInStep(_Base):
+    open_envs: set[int] = set()
+
+    def __init__(self):
+        self.open_envs.add(id(self))
+
+    def step(self, action):
+        if self.t >= 4:
+            raise RuntimeError("simulator exploded")
+        return super().step(action)
+
+    def close(self):
+        self.open_envs.discard(id(self))
+
+
+class _DictObs(_Base):
+    observation_space = gymnasium.spaces.Dict({"a": gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+
+
+class _MultiDiscreteAct(_Base):
+    action_space = gymnasium.spaces.MultiDiscrete([2, 3])
+
+
+for _cls in (_RaisesInStep, _DictObs, _MultiDiscreteAct):
+    gymnasium.register(id=f"FusedrlTest/{_cls.__name__[1:]}-v0", entry_point=_cls)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    config = PPOConfig(**TINY)
+    train = make_train(config)
+    return config, train, train(jax.random.key(0))
+
+
+# --------------------------------------------------------------------------------- make
+def test_make_returns_a_host_env_descriptor():
+    env, params = fusedrl.make(CARTPOLE)
+    assert isinstance(env, HostEnv) and params is None
+    assert isinstance(env.action_space(params), Discrete) and env.action_space(params).n == 2
+    obs_space = env.observation_space(params)
+    assert isinstance(obs_space, Box) and obs_space.shape == (4,)
+    assert env.max_episode_steps == 500
+    with pytest.raises(TypeError, match="host"):
+        env.reset(jax.random.key(0), params)
+    # Discrete observations become one-hot vectors.
+    lake, _ = fusedrl.make("gymnasium:FrozenLake-v1", is_slippery=False)
+    assert lake.observation_space().shape == (16,)
+    np.testing.assert_array_equal(lake.encode_obs(np.array([0, 3])).argmax(1), [0, 3])
+
+
+def test_unknown_gymnasium_id_names_it_and_lists_close_matches():
+    with pytest.raises(ValueError) as info:
+        fusedrl.make("gymnasium:CartPol-v1")
+    msg = str(info.value)
+    assert "'gymnasium:CartPol-v1'" in msg and "gymnasium:CartPole-v1" in msg
+
+
+@pytest.mark.parametrize("name, words", [
+    ("DictObs", ["observation space", "Dict"]),
+    ("MultiDiscreteAct", ["action space", "MultiDiscrete"]),
+])
+def test_unsupported_spaces_are_named(name, words):
+    env_id = f"gymnasium:FusedrlTest/{name}-v0"
+    with pytest.raises(ValueError) as info:
+        make_train(PPOConfig(env_id=env_id, num_envs=2, num_steps=8, total_timesteps=16))
+    for w in words + [env_id]:
+        assert w in str(info.value), (w, str(info.value))
+
+
+def test_env_raising_in_step_stops_training_and_closes_the_envs():
+    env_id = "gymnasium:FusedrlTest/RaisesInStep-v0"
+    config = PPOConfig(env_id=env_id, num_envs=2, num_steps=8, total_timesteps=32, hidden_sizes=(8,))
+    _RaisesInStep.open_envs.clear()
+    with pytest.raises(HostEnvError) as info:
+        make_train(config)(jax.random.key(0))
+    msg = str(info.value)
+    assert env_id in msg and "RuntimeError" in msg and "simulator exploded" in msg
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert not _RaisesInStep.open_envs  # every env built was closed
+
+
+# ------------------------------------------------------------------------------ training
+def test_results_have_the_fused_format(tiny):
+    config, train, result = tiny
+    assert isinstance(train, HostPPO) and isinstance(result, fusedrl.TrainResult)
+    assert set(result.metrics) == set(METRIC_NAMES)
+    for name, x in result.metrics.items():
+        assert x.shape == (config.num_updates,), name
+        assert np.all(np.isfinite(np.asarray(x, np.float64))), name
+    np.testing.assert_array_equal(result.metrics["env_steps"], config.batch_size * np.arange(1, 4))
+    np.testing.assert_allclose(result.metrics["learning_rate"], config.lr * (1 - np.arange(3) / 3),
+                               rtol=1e-6)
+    # The observation normaliser saw the reset batch and every step's batch (+ its prior weight).
+    stats = train.obs_stats(result.state)
+    np.testing.assert_allclose(stats.count, config.num_envs * (1 + config.env_steps // config.num_envs)
+                               + 1e-4, rtol=1e-6)
+    # Same key, same run.
+    again = train(jax.random.key(0))
+    for name in result.metrics:
+        np.testing.assert_array_equal(result.metrics[name], again.metrics[name], err_msg=name)
+
+
+def test_jit_and_vmap_refuse_with_a_clear_error(tiny):
+    _, train, _ = tiny
+    for wrap in (jax.jit, jax.vmap):
+        with pytest.raises(TypeError, match="host-environment bridge.*on the host"):
+            wrap(train)(jax.random.key(0)[None] if wrap is jax.vmap else jax.random.key(0))
+    with pytest.raises(TypeError, match="fusedrl.bridge.evaluate"):
+        fusedrl.evaluate(PPOConfig(**TINY), tiny[2], jax.random.key(0), num_episodes=2)
+
+
+def test_truncation_keeps_the_final_observation_and_is_not_termination():
+    # A 5-step time limit: every episode is truncated (CartPole cannot fall within 5 steps).
+    config = PPOConfig(env_id=CARTPOLE, num_envs=3, num_steps=12, total_timesteps=36,
+                       hidden_sizes=(8,), env_params={"max_episode_steps": 5})
+    train = make_train(config)
+    hp = train.default_hparams()
+    envs = train.env.make_vec(config.num_envs)
+    try:
+        state, episode = train.reset_envs(envs, train.init(jax.random.key(0), hp))
+        state, episode, (steps, host) = train.collect(envs, state, episode)
+    finally:
+        envs.close()
+    _, traj = train.transition(state.env_state, steps, host, hp.gamma)
+    done = np.asarray(traj.done)
+    ends = np.zeros_like(done)
+    ends[[4, 9]] = True
+    np.testing.assert_array_equal(done, ends)
+    assert not np.asarray(traj.terminated).any()
+    np.testing.assert_array_equal(np.asarray(traj.episode_length)[ends], 5)
+    obs, next_obs = np.asarray(traj.obs), np.asarray(traj.next_obs)
+    # Within an episode next_obs is the next step's obs; at its end it is the pre-reset observation.
+    np.testing.assert_array_equal(next_obs[:-1][~ends[:-1]], obs[1:][~ends[:-1]])
+    assert np.all(np.abs(next_obs[4] - obs[5]).max(axis=-1) > 0)
+
+
+# The rl-zoo CartPole settings (8 envs x 32 steps, 20 epochs of one 256-sample minibatch, lr 1e-3
+# annealed, gamma 0.98, lambda 0.8, no entropy bonus), 100k env steps.
+LEARN = dict(env_id=CARTPOLE, num_envs=8, num_steps=32, total_timesteps=100_000, update_epochs=20,
+             num_minibatches=1, lr=1e-3, gamma=0.98, gae_lambda=0.8, ent_coef=0.0)
+LEARN_THRESHOLD = 400.0
+
+
+def test_bridge_learns_cartpole():
+    config = PPOConfig(**LEARN)
+    result = make_train(config)(jax.random.key(0))
+    returns = np.asarray(evaluate(config, result, jax.random.key(1), num_episodes=16))
+    assert returns.mean() >= LEARN_THRESHOLD, returns
