@@ -1,0 +1,221 @@
+"""Save and restore a whole PPO run state with orbax-checkpoint, for exact resume.
+
+A checkpoint is a directory:
+
+    checkpoint/
+      meta.json   what was saved: the PPOConfig, the number of seeds, every leaf's path, shape and
+                  dtype, and which leaves are PRNG keys (saved as their uint32 key data)
+      arrays/     the leaves, written by orbax (`StandardCheckpointer`)
+
+It holds the `RunnerState` (params, optimiser state, env states with their reset pool and keys,
+observation/reward normaliser statistics, the update counter) and the `Hyperparams` it trained
+with, so `train.run(state, hparams, n)` continues the run bit for bit. The directory is written
+next to its final place and renamed into it, so an interrupted save leaves no partial checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fusedrl.train.config import PPOConfig
+from fusedrl.train.ppo import RunnerState, make_train
+
+FORMAT = "fusedrl-checkpoint-1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt, or does not match what it is restored into."""
+
+
+def _path_name(path) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator=".")
+
+
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _flatten(tree) -> tuple[dict[str, np.ndarray], dict[str, str], dict[str, tuple]]:
+    """Leaves by dotted path as NumPy arrays (keys as key data), the key impls, and the specs."""
+    arrays, keys, specs = {}, {}, {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = _path_name(path)
+        if _is_key(leaf):
+            keys[name] = str(jax.random.key_impl(leaf))
+            spec = (tuple(leaf.shape), "key<" + keys[name] + ">")
+            leaf = jax.random.key_data(leaf)
+        else:
+            spec = (tuple(np.shape(leaf)), str(np.asarray(leaf).dtype))
+        arrays[name] = np.asarray(leaf)
+        specs[name] = spec
+    return arrays, keys, specs
+
+
+def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams, *,
+         num_seeds: int | None = None, extra: Mapping[str, Any] | None = None) -> Path:
+    """Writes `state` and `hparams` of a run of `config` to the directory `path` (replaced).
+
+    Args:
+      path: checkpoint directory; an existing one is replaced only once the new one is complete.
+      config: the run's config (stored, and checked on restore).
+      state: a `RunnerState`, with a leading seed axis on every leaf if `num_seeds` is set.
+      hparams: the run's `Hyperparams` (possibly with a seed axis).
+      num_seeds: the size of the leading seed axis of a vmapped run, or None for a single run.
+      extra: small JSON-serialisable facts to keep in meta.json.
+    """
+    path = Path(path).absolute()
+    tree = {"state": state, "hparams": hparams}
+    arrays, keys, specs = _flatten(jax.device_get(tree))
+    meta = {
+        "format": FORMAT,
+        "config": config.to_dict(),
+        "num_seeds": num_seeds,
+        "leaves": {k: {"shape": list(s), "dtype": d} for k, (s, d) in specs.items()},
+        "prng_keys": keys,
+        "extra": dict(extra or {}),
+    }
+    import orbax.checkpoint as ocp
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        checkpointer = ocp.StandardCheckpointer()
+        # orbax wants to create the directory itself.
+        checkpointer.save(tmp / "arrays", arrays)
+        checkpointer.wait_until_finished()
+        checkpointer.close()
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            path.rename(old)
+            tmp.rename(path)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint's meta.json, checked to be a fusedrl checkpoint."""
+    path = Path(path)
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise CheckpointError(f"{path} is not a fusedrl checkpoint: {meta_file.name} is missing.")
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{meta_file} is corrupt: {e}.") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{meta_file} is not a {FORMAT} file (format {meta.get('format')!r}).")
+    return meta
+
+
+def config_differences(saved: Mapping[str, Any], expected: PPOConfig) -> list[str]:
+    """Human-readable `field: checkpoint has X, expected Y` lines for the fields that differ."""
+    want = expected.to_dict()
+    lines = []
+    for name in sorted(set(saved) | set(want)):
+        a, b = saved.get(name, "<missing>"), want.get(name, "<missing>")
+        if a != b:
+            lines.append(f"{name}: checkpoint has {a!r}, expected {b!r}")
+    return lines
+
+
+def templates(config: PPOConfig, num_seeds: int | None):
+    """Abstract (shape/dtype) state and hparams a checkpoint of `config` must match."""
+    train = make_train(config)
+    hparams = config.hparams(train.env_params)
+    if num_seeds is None:
+        state = jax.eval_shape(train.init, jax.random.key(0), hparams)
+    else:
+        keys = jax.random.split(jax.random.key(0), num_seeds)
+        state = jax.eval_shape(jax.vmap(train.init, in_axes=(0, None)), keys, hparams)
+    return state, hparams
+
+
+def restore(path: str | os.PathLike, config: PPOConfig | None = None):
+    """Reads a checkpoint written by `save`.
+
+    Args:
+      path: the checkpoint directory.
+      config: the config the caller expects; any field that differs from the checkpoint's is
+        named in the error. Default: the checkpoint's own config.
+
+    Returns:
+      (config, state, hparams, meta): the checkpoint's `PPOConfig`, `RunnerState` (jax arrays,
+      PRNG keys rebuilt), `Hyperparams` and meta.json contents.
+    """
+    path = Path(path).absolute()
+    meta = read_meta(path)
+    try:
+        saved_config = PPOConfig.from_dict(meta["config"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{path}: the stored config is invalid: {e}") from None
+    if config is not None:
+        diffs = config_differences(meta["config"], config)
+        if diffs:
+            raise CheckpointError(
+                f"{path} does not match the expected config; differing field(s):\n  " + "\n  ".join(diffs)
+            )
+    num_seeds = meta.get("num_seeds")
+    state_t, hparams_t = templates(saved_config, num_seeds)
+    template = {"state": state_t, "hparams": hparams_t}
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
+    names = [_path_name(p) for p, _ in leaves]
+    saved_leaves = meta.get("leaves", {})
+    missing = [n for n in names if n not in saved_leaves]
+    unexpected = [n for n in saved_leaves if n not in set(names)]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path} has a different state structure than {saved_config.env_id!r} with "
+            f"hidden_sizes={saved_config.hidden_sizes}: missing {missing[:5]}, unexpected {unexpected[:5]}."
+        )
+    import orbax.checkpoint as ocp
+
+    try:
+        checkpointer = ocp.StandardCheckpointer()
+        arrays = checkpointer.restore(path / "arrays")
+        checkpointer.close()
+    except Exception as e:  # orbax raises many types for damaged files
+        raise CheckpointError(f"{path}: cannot read the checkpoint arrays ({type(e).__name__}: {e}).") from e
+    out = []
+    for (_, ref), name in zip(leaves, names, strict=True):
+        if name not in arrays:
+            raise CheckpointError(f"{path}: field {name} is missing from the arrays.")
+        value = np.asarray(arrays[name])
+        if name in meta.get("prng_keys", {}):
+            value = jax.random.wrap_key_data(jnp.asarray(value), impl=meta["prng_keys"][name])
+        elif isinstance(ref, bool | int | float) and value.shape == ():
+            # Env params default to Python numbers (weakly typed under jit): keep them so, so the
+            # resumed program is the same program.
+            value = type(ref)(value.item())
+        else:
+            value = jnp.asarray(value)
+        # The hparams leaves are plain Python floats in the template (shape ()): a seed axis is fine.
+        ref_shape = tuple(np.shape(ref))
+        shape = tuple(np.shape(value))
+        ok_shape = shape == ref_shape or (name.startswith("hparams") and shape[1:] == ref_shape)
+        ref_dtype = getattr(ref, "dtype", None)
+        dtype = getattr(value, "dtype", type(value).__name__)
+        if not ok_shape or (ref_dtype is not None and dtype != ref_dtype):
+            raise CheckpointError(
+                f"{path}: field {name} has shape {shape} dtype {dtype}, expected "
+                f"{ref_shape} {ref_dtype} for {saved_config.env_id!r} with hidden_sizes="
+                f"{saved_config.hidden_sizes} (the checkpoint is corrupt or from another version)."
+            )
+        out.append(value)
+    tree = jax.tree_util.tree_unflatten(treedef, out)
+    return saved_config, tree["state"], tree["hparams"], meta

@@ -1,0 +1,333 @@
+"""The `fusedrl` command line: train with live progress, evaluate saved runs, list environments.
+
+    fusedrl train --env CartPole-v1 --num-seeds 4
+    fusedrl train --config runs/CartPole-v1/config.json --set lr=1e-3 --out runs/faster
+    fusedrl evaluate runs/CartPole-v1
+    fusedrl envs
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import fusedrl
+from fusedrl.envs import make, registered_ids, space_info
+from fusedrl.train.config import PPOConfig
+from fusedrl.train.presets import has_preset, preset
+
+
+class CLIError(Exception):
+    """A user error: printed as `fusedrl: error: ...` with exit status 2."""
+
+
+DESCRIPTION = """\
+On-policy RL fused into one JAX program: environments, rollouts and PPO updates are
+compiled together and run on the device; many seeds train at once with jax.vmap."""
+
+TRAIN_EPILOG = """\
+examples:
+  fusedrl train --env CartPole-v1                       the tuned preset, 1 seed
+  fusedrl train --env CartPole-v1 --num-seeds 8 --out runs/cp8
+  fusedrl train --env Pendulum-v1 --set lr=1e-3 --set hidden_sizes=64,64 --set normalize_obs=true
+  fusedrl train --config runs/cp8/config.json --out runs/cp8-again   (rerun a saved config)
+
+--set takes any PPOConfig field (values are parsed with the field's type: ints, floats,
+true/false, comma-separated hidden_sizes) and env params as env_params.NAME=VALUE.
+The run folder gets config.json, metrics.csv, learning_curve.png, checkpoint/, summary.json."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fusedrl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"fusedrl {fusedrl.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    t = sub.add_parser(
+        "train", help="train an agent (live progress, summary table, saved run folder)",
+        description="Train PPO on an environment with its tuned preset; several seeds in one program.",
+        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    t.add_argument("--env", metavar="ID", help="environment id (see `fusedrl envs`); uses its preset")
+    t.add_argument("--config", metavar="FILE", type=Path,
+                   help="a config.json of an earlier run (or a JSON/TOML file of PPOConfig fields)")
+    t.add_argument("--num-seeds", type=int, metavar="N", help="seeds trained at once with vmap (default 1)")
+    t.add_argument("--seed", type=int, metavar="S", help="base random seed (default 0)")
+    t.add_argument("--total-timesteps", type=int, metavar="T", help="env steps per seed")
+    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
+                   help="override a PPOConfig field (repeatable)")
+    t.add_argument("--out", type=Path, metavar="DIR", help="run folder (default runs/<env id>[-N])")
+    t.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    t.add_argument("--eval-episodes", type=int, metavar="N",
+                   help="greedy evaluation episodes per seed after training (default 64)")
+    t.add_argument("--progress-every", type=int, metavar="K",
+                   help="updates between progress/log callbacks; 0 = none (default: about 100 per run)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar (metrics are still logged)")
+    t.add_argument("--tensorboard", action="store_true",
+                   help="also log to TensorBoard in <run folder>/tensorboard (needs tensorboardX)")
+    t.add_argument("--wandb-project", metavar="NAME", help="also log to Weights & Biases (needs wandb)")
+
+    e = sub.add_parser("evaluate", help="greedy returns of a saved run, per seed",
+                       description="Evaluate the checkpoint of a run folder greedily, every seed.")
+    e.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    e.add_argument("--episodes", type=int, default=64, metavar="N", help="episodes per seed (default 64)")
+    e.add_argument("--seed", type=int, default=0, metavar="S", help="evaluation seed (default 0)")
+
+    v = sub.add_parser("envs", help="list environment ids with their spaces",
+                       description="List the registered environments with observation and action spaces.")
+    v.add_argument("--gymnax", action="store_true", help="also describe every gymnax environment's spaces")
+    return parser
+
+
+# ------------------------------------------------------------------------------- --set values
+def _field_types() -> dict[str, Any]:
+    hints = typing.get_type_hints(PPOConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(PPOConfig)}
+
+
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def _parse_int(field: str, text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        x = None
+    if x is not None and x.is_integer():
+        return int(x)
+    raise CLIError(f"--set {field}={text}: {field} expects an integer, got {text!r}.")
+
+
+def parse_value(field: str, text: str) -> Any:
+    """`text` converted to the type of PPOConfig field `field`."""
+    types = _field_types()
+    if field.startswith("env_params."):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    if field not in types:
+        valid = list(types)
+        close = difflib.get_close_matches(field, valid, n=3)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise CLIError(f"--set {field}=...: PPOConfig has no field {field!r}.{hint} "
+                       f"Valid fields: {', '.join(valid)}.")
+    kind = types[field]
+    if kind is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise CLIError(f"--set {field}={text}: {field} expects true or false, got {text!r}.")
+    if kind is int:
+        return _parse_int(field, text)
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise CLIError(f"--set {field}={text}: {field} expects a number, got {text!r}.") from None
+    if typing.get_origin(kind) is tuple:
+        parts = [p for p in text.strip("()[] ").replace(" ", "").split(",") if p]
+        if not parts:
+            raise CLIError(f"--set {field}={text}: {field} expects comma-separated integers like 64,64.")
+        return tuple(_parse_int(field, p) for p in parts)
+    if kind is str:
+        return text
+    raise CLIError(f"--set {field}: this field cannot be set from the command line; use --config.")
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """{"field": value} from ["field=value", ...]; env params collect under "env_params"."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise CLIError(f"--set expects FIELD=VALUE, got {item!r}.")
+        field, text = (s.strip() for s in item.split("=", 1))
+        value = parse_value(field, text)
+        if field.startswith("env_params."):
+            out.setdefault("env_params", {})[field.split(".", 1)[1]] = value
+        else:
+            out[field] = value
+    return out
+
+
+# ----------------------------------------------------------------------------------- train
+def resolve(args) -> tuple[PPOConfig, Any]:
+    """The PPOConfig and RunOptions a `train` command asks for (no work done yet)."""
+    from fusedrl.runs import RunOptions, read_config_file
+
+    if args.config is None and args.env is None:
+        raise CLIError("train needs --env ID (see `fusedrl envs`) or --config FILE.")
+    run_opts: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            base, run_opts = read_config_file(args.config)
+        except (OSError, ValueError) as e:
+            raise CLIError(str(e)) from None
+        if args.env is not None and base.get("env_id") not in (None, args.env):
+            raise CLIError(f"--env {args.env} conflicts with env_id {base.get('env_id')!r} in {args.config}; "
+                           f"drop --env or edit the file.")
+        env_id = base.get("env_id", args.env)
+    else:
+        env_id, base = args.env, {}
+    try:
+        make(env_id, **dict(base.get("env_params", {})))
+    except (ValueError, TypeError) as e:
+        raise CLIError(str(e)) from None
+
+    overrides = parse_overrides(args.overrides)
+    if args.total_timesteps is not None:
+        overrides.setdefault("total_timesteps", args.total_timesteps)
+    if "env_params" in overrides:
+        overrides["env_params"] = {**dict(base.get("env_params", {})), **overrides["env_params"]}
+    try:
+        if args.config is not None:
+            config = PPOConfig.from_dict({**base, **overrides})
+        else:
+            config = preset(env_id, **{k: v for k, v in overrides.items() if k != "env_id"})
+            if "env_id" in overrides and overrides["env_id"] != env_id:
+                raise CLIError("use --env to choose the environment, not --set env_id=...")
+        make(config.env_id, **config.env_params)
+    except (TypeError, ValueError) as e:
+        raise CLIError(f"invalid configuration: {e}") from None
+
+    for name, value in (("num_seeds", args.num_seeds), ("seed", args.seed),
+                        ("eval_episodes", args.eval_episodes), ("progress_every", args.progress_every)):
+        if value is not None:
+            run_opts[name] = value
+    try:
+        options = RunOptions(**run_opts)
+    except (TypeError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    return config, options
+
+
+def default_out(env_id: str, root: Path = Path("runs")) -> Path:
+    """runs/<env id>, or runs/<env id>-2, -3, ... when taken."""
+    name = env_id.replace(":", "_").replace("/", "_")
+    out, n = root / name, 1
+    while out.exists():
+        n += 1
+        out = root / f"{name}-{n}"
+    return out
+
+
+def cmd_train(args) -> int:
+    from fusedrl.loggers import TensorBoardLogger, WandbLogger
+    from fusedrl.runs import RunFolderExists, config_document, train_run
+
+    config, options = resolve(args)
+    out = args.out if args.out is not None else default_out(config.env_id)
+    loggers = []
+    try:
+        if args.tensorboard:
+            loggers.append(TensorBoardLogger(Path(out) / "tensorboard"))
+        if args.wandb_project:
+            loggers.append(WandbLogger(args.wandb_project, name=Path(out).name, num_seeds=options.num_seeds,
+                                       config=config_document(config, options)))
+    except ImportError as e:
+        raise CLIError(str(e)) from None
+    preset_note = "preset" if has_preset(config.env_id) else "PPOConfig defaults (no preset)"
+    print(f"fusedrl train {config.env_id} ({preset_note}): {options.num_seeds} seed(s), "
+          f"{config.num_updates} updates of {config.num_envs} envs x {config.num_steps} steps -> {out}",
+          file=sys.stderr)
+    try:
+        run = train_run(config, out, options=options, overwrite=args.overwrite, progress=not args.no_progress,
+                        loggers=loggers)
+    except RunFolderExists as e:
+        raise CLIError(str(e)) from None
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {out} keeps config.json, summary.json and the metrics logged so far "
+              f"(metrics.csv).", file=sys.stderr)
+        return 130
+    from fusedrl.runs import summary_table
+
+    print(summary_table(run.summary))
+    print(f"saved {out}/: config.json metrics.csv learning_curve.png checkpoint/ summary.json")
+    return 0
+
+
+# -------------------------------------------------------------------------------- evaluate
+def cmd_evaluate(args) -> int:
+    from fusedrl.checkpoint import CheckpointError
+    from fusedrl.runs import evaluate_run
+
+    if args.episodes < 1:
+        raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
+    try:
+        ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed)
+    except (FileNotFoundError, CheckpointError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    print(f"{args.run_dir}: greedy return over {ev['episodes']} episodes per seed")
+    for i, r in enumerate(ev["per_seed"]):
+        print(f"  seed {i:>3}  {r:10.1f}")
+    print(f"  mean      {ev['mean']:10.1f} +- {ev['std']:.1f}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ envs
+def format_space(space) -> str:
+    info = space_info(space)
+    if info["type"] == "Discrete":
+        return f"Discrete({info['n']})"
+    if info["type"] == "Box":
+        shape = ",".join(str(s) for s in info["shape"])
+        comma = "," if len(info["shape"]) == 1 else ""
+        return f"Box(({shape}{comma}), {_bound(info['low'])}..{_bound(info['high'])})"
+    return info["type"]
+
+
+def _bound(x: float) -> str:
+    return ("-inf" if x < 0 else "inf") if abs(x) > 1e30 else f"{x:g}"
+
+
+def cmd_envs(args) -> int:
+    rows = []
+    for env_id in registered_ids(include_gymnax=True):
+        gymnax = env_id.startswith("gymnax:")
+        if gymnax and (not args.gymnax or "MNIST" in env_id):  # MNIST downloads a dataset
+            rows.append((env_id, "", "", ""))
+            continue
+        try:
+            env, params = make(env_id)
+            obs, act = format_space(env.observation_space(params)), format_space(env.action_space(params))
+        except Exception as e:  # one broken third-party env must not hide the others
+            obs, act = f"(unavailable: {type(e).__name__})", ""
+        rows.append((env_id, obs, act, "yes" if has_preset(env_id) else ""))
+    w = max(len(r[0]) for r in rows)
+    wo = max(len("observation space"), *(len(r[1]) for r in rows))
+    wa = max(len("action space"), *(len(r[2]) for r in rows))
+    print(f"{'id':<{w}}  {'observation space':<{wo}}  {'action space':<{wa}}  preset")
+    for r in rows:
+        print(f"{r[0]:<{w}}  {r[1]:<{wo}}  {r[2]:<{wa}}  {r[3]}".rstrip())
+    if not args.gymnax:
+        print("(gymnax spaces: fusedrl envs --gymnax)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `fusedrl` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    commands = {"train": cmd_train, "evaluate": cmd_evaluate, "envs": cmd_envs}
+    try:
+        return commands[args.command](args)
+    except CLIError as e:
+        print(f"fusedrl {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

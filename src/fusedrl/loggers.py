@@ -1,0 +1,127 @@
+"""Metric loggers fed by `fusedrl.progress.Monitor`: CSV always, TensorBoard and W&B if installed.
+
+Every logger receives the rows of one update, one row per seed (`update`, `seed`, `env_steps`
+and the trainer's metrics), so per-seed curves stay per seed. The optional backends are imported
+only when asked for, with an error that names the package to install.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fusedrl.train.ppo import METRIC_NAMES
+
+# Column order of metrics.csv: identifiers first, then the trainer's metrics.
+CSV_COLUMNS = ("update", "seed", "env_steps") + tuple(m for m in METRIC_NAMES if m != "env_steps")
+
+
+def format_rows(rows: Sequence[Mapping[str, float]], *, header: bool) -> str:
+    """CSV text of `rows` (in `CSV_COLUMNS` order), with the header line if `header`."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def metrics_to_rows(metrics: Mapping[str, np.ndarray], *, first_update: int = 1) -> list[dict]:
+    """Rows, one per update and seed (update-major), from metrics shaped [num_seeds, U] or [U]."""
+    arrays = {k: np.asarray(v) for k, v in metrics.items() if k in METRIC_NAMES}
+    ref = arrays["env_steps"]
+    if ref.ndim == 1:
+        arrays = {k: v[None] for k, v in arrays.items()}
+    num_seeds, num_updates = arrays["env_steps"].shape
+    rows = []
+    for u in range(num_updates):
+        for s in range(num_seeds):
+            row = {"update": first_update + u, "seed": s}
+            row.update({k: v[s, u].item() for k, v in arrays.items()})
+            rows.append(row)
+    return rows
+
+
+class CSVLogger:
+    """Appends whole rows to `path` as they arrive (flushed per update, never a partial row)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._file = None
+
+    def log(self, update: int, rows: Sequence[Mapping[str, float]]) -> None:
+        if self._file is None:
+            new = not self.path.exists() or self.path.stat().st_size == 0
+            self._file = open(self.path, "a", encoding="utf-8", newline="")
+            header = new
+        else:
+            header = False
+        # One write per update: the text is built first, so an error cannot split a row.
+        self._file.write(format_rows(rows, header=header))
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _require(module: str, package: str, what: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{what} logging needs the {package!r} package: pip install {package}") from e
+
+
+class TensorBoardLogger:
+    """Writes each seed's scalars under `seed_<i>/<metric>` to a TensorBoard event directory.
+
+    Uses `tensorboardX` (or `torch.utils.tensorboard` when torch is installed instead).
+    """
+
+    def __init__(self, logdir: str | Path):
+        try:
+            module = importlib.import_module("tensorboardX")
+        except ImportError:
+            try:
+                module = importlib.import_module("torch.utils.tensorboard")
+            except ImportError:
+                module = _require("tensorboardX", "tensorboardX", "TensorBoard")
+        self.writer = module.SummaryWriter(str(logdir))
+
+    def log(self, update, rows):
+        for row in rows:
+            step = int(row["env_steps"])
+            for name, value in row.items():
+                if name not in ("update", "seed", "env_steps"):
+                    self.writer.add_scalar(f"seed_{row['seed']}/{name}", value, step)
+        self.writer.flush()
+
+    def close(self):
+        self.writer.close()
+
+
+class WandbLogger:
+    """Logs to Weights & Biases: one run per seed in a group, so curves are per seed."""
+
+    def __init__(self, project: str, *, name: str, num_seeds: int, config: Mapping | None = None):
+        wandb = _require("wandb", "wandb", "Weights & Biases")
+        self.runs = [
+            wandb.init(project=project, group=name, name=f"{name}-seed{s}", config=dict(config or {}),
+                       reinit="create_new")
+            for s in range(num_seeds)
+        ]
+
+    def log(self, update, rows):
+        for row in rows:
+            payload = {k: v for k, v in row.items() if k not in ("seed",)}
+            self.runs[int(row["seed"])].log(payload, step=int(row["env_steps"]))
+
+    def close(self):
+        for run in self.runs:
+            run.finish()

@@ -1,0 +1,84 @@
+"""Learning curves with matplotlib (no pyplot state: safe in scripts, CLIs and notebooks)."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+
+def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_return",
+                 title: str | None = None, smooth: int | None = None):
+    """A matplotlib Figure: `metric` against env steps, the mean over seeds and the per-seed band.
+
+    Args:
+      metrics: a run's metrics, each [num_updates] or [num_seeds, num_updates] (vmapped run).
+      metric: which metric to plot.
+      title: the axes title.
+      smooth: trailing moving-average window in updates, applied to each seed before the
+        statistics (default: 1/50 of the run; 1 plots the raw values).
+
+    The band spans the lowest to the highest seed at each update, the darker band mean +- std, and
+    every seed is drawn as a thin line, so one failing seed stays visible.
+    """
+    from matplotlib.figure import Figure
+
+    y = np.asarray(metrics[metric], np.float64)
+    x = np.asarray(metrics["env_steps"], np.float64)
+    if y.ndim == 1:
+        y, x = y[None], x[None]
+    x = x[0]
+    window = max(1, y.shape[1] // 50) if smooth is None else max(1, int(smooth))
+    raw = y
+    if window > 1:
+        y = _moving_average(y, window)
+    fig = Figure(figsize=(6.4, 3.8), dpi=100)
+    ax = fig.add_subplot()
+    mean, std = y.mean(0), y.std(0)
+    if y.shape[0] > 1:
+        ax.fill_between(x, y.min(0), y.max(0), color="C0", alpha=0.15, linewidth=0,
+                        label="min-max over seeds")
+        ax.fill_between(x, mean - std, mean + std, color="C0", alpha=0.3, linewidth=0, label="mean +- std")
+        for seed_curve in y:
+            ax.plot(x, seed_curve, color="C0", alpha=0.25, linewidth=0.6)
+    label = f"mean of {y.shape[0]} seeds" if y.shape[0] > 1 else None
+    if raw.shape[0] == 1 and window > 1:
+        ax.plot(x, raw[0], color="C0", alpha=0.25, linewidth=0.6, label="per update")
+        label = f"moving average ({window} updates)"
+    ax.plot(x, mean, color="C0", linewidth=2, label=label)
+    ax.set_xlabel("env steps (per seed)")
+    ax.set_ylabel(metric.replace("_", " ") + (f"\n(moving average, {window} updates)" if window > 1 else ""))
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if y.shape[0] > 1 or window > 1:
+        ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def _moving_average(y: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last `window` updates (fewer at the start), along the last axis."""
+    c = np.cumsum(y, axis=-1)
+    out = c.copy()
+    out[..., window:] = c[..., window:] - c[..., :-window]
+    counts = np.minimum(np.arange(1, y.shape[-1] + 1), window)
+    return out / counts
+
+
+def plot_learning_curve(metrics: Mapping[str, np.ndarray], path: str | os.PathLike | None = None, **kwargs):
+    """Draws `curve_figure(metrics, **kwargs)`; with `path`, writes it as a PNG (atomically).
+
+    Returns the Figure (a notebook displays it).
+    """
+    fig = curve_figure(metrics, **kwargs)
+    if path is not None:
+        from fusedrl.runs import write_atomic
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        write_atomic(Path(path), buf.getvalue())
+    return fig

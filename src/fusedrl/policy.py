@@ -1,0 +1,106 @@
+"""A trained policy loaded from a run folder or checkpoint: `load(run_dir).act(obs, key=None)`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fusedrl import checkpoint as ckpt
+from fusedrl.envs import wrappers as W
+from fusedrl.train.config import PPOConfig
+from fusedrl.train.ppo import make_train
+
+
+class Policy:
+    """The actor of a trained PPO agent, with the run's frozen observation normalisation.
+
+    `act(obs, key=None)` takes one observation (the env's observation shape) or a batch of them
+    (a leading axis) and returns the action(s): the distribution's mode when `key` is None
+    (greedy), else a sample. Continuous actions are clipped to the action space, as the
+    training env did.
+
+    Attributes:
+      config: the run's PPOConfig.
+      params: the network parameters of this seed.
+      obs_stats: the observation normaliser's statistics (None without normalize_obs).
+    """
+
+    def __init__(self, config: PPOConfig, state, hparams):
+        self.config = config
+        self.trainer = make_train(config)
+        self.params = state.params
+        self.hparams = hparams
+        self.obs_stats = self.trainer.obs_stats(state, hparams)
+        self.obs_shape = tuple(self.trainer.env.observation_space(self.trainer.env_params).shape)
+        normalizer = None
+        venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=self.obs_stats)
+        while isinstance(venv, W.VecEnvWrapper):
+            if isinstance(venv, W.NormalizeObservation):
+                normalizer = venv
+                break
+            venv = venv.venv
+        self._normalizer = normalizer
+        self._act = jax.jit(self._act_batch)
+
+    def _act_batch(self, obs, key):
+        x = jnp.asarray(obs, jnp.float32).reshape((obs.shape[0], -1))
+        if self._normalizer is not None:
+            x = self.obs_stats.normalize(x, epsilon=self._normalizer.epsilon, clip=self._normalizer.clip)
+        pi, _ = self.trainer.network.apply(self.params, x)
+        action = pi.mode() if key is None else pi.sample(key)
+        if not self.trainer.discrete:
+            space = self.trainer.env.action_space(self.trainer.env_params)
+            low = jnp.broadcast_to(jnp.asarray(space.low, action.dtype), action.shape[1:])
+            high = jnp.broadcast_to(jnp.asarray(space.high, action.dtype), action.shape[1:])
+            action = jnp.clip(action, low[None], high[None])
+        return action
+
+    def act(self, obs, key: jax.Array | None = None) -> jax.Array:
+        obs = jnp.asarray(obs)
+        n = len(self.obs_shape)
+        if obs.shape == self.obs_shape:
+            return self._act(obs[None], key)[0]
+        if obs.ndim == n + 1 and obs.shape[1:] == self.obs_shape:
+            return self._act(obs, key)
+        raise ValueError(
+            f"{self.config.env_id}: act expects an observation of shape {self.obs_shape} or a batch "
+            f"[B, *{self.obs_shape}], got {obs.shape}."
+        )
+
+    __call__ = act
+
+    def __repr__(self):
+        return f"Policy({self.config.env_id!r}, hidden_sizes={self.config.hidden_sizes})"
+
+
+def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
+    """The trained policy of a run folder (or a checkpoint directory).
+
+    Args:
+      path: a run folder written by `fusedrl train` / `train_run`, or its `checkpoint/` directory.
+      seed: which seed of a multi-seed run; default 0. Ignored by single-run checkpoints.
+    """
+    path = Path(path)
+    ckpt_dir = path / "checkpoint" if (path / "checkpoint").is_dir() else path
+    expected = None
+    if (path / "config.json").is_file():
+        from fusedrl.runs import load_run_config
+
+        expected = load_run_config(path)[0]
+    config, state, hparams, meta = ckpt.restore(ckpt_dir, expected)
+    num_seeds = meta.get("num_seeds")
+    if num_seeds is not None:
+        i = 0 if seed is None else int(seed)
+        if not 0 <= i < num_seeds:
+            raise IndexError(f"{path} holds seeds 0..{num_seeds - 1}, got seed={seed}.")
+        state = jax.tree.map(lambda x: x[i], state)
+        if np.ndim(hparams.lr) == 1:  # one set of hyperparameters per seed (a sweep)
+            hparams = jax.tree.map(lambda x: x[i] if np.ndim(x) else x, hparams)
+    elif seed not in (None, 0):
+        raise IndexError(f"{path} holds a single run; seed={seed} does not exist.")
+    return Policy(config, state, hparams)
+

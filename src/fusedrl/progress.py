@@ -1,0 +1,242 @@
+"""Host-side progress from inside the jitted run: per-seed metrics, a progress bar, Ctrl-C.
+
+The trainer calls its `callback(metrics)` through `jax.debug.callback`. Under `jax.vmap` (many
+seeds in one program) jax 0.10 unrolls that callback across the mapped axis: the host is called
+once per seed with that seed's unbatched metrics, in an order XLA is free to choose, and nothing
+in the metrics says which seed they belong to. `SeedTaggedPPO` therefore adds the seed index
+(`lax.axis_index` of the vmapped axis) to each update's metrics, and `Monitor` gathers the calls
+of one update until every seed has reported, then hands the rows to the loggers in seed order.
+
+On CPU the callbacks run on the thread that launched the program, so a Ctrl-C is delivered
+inside one of them. `interrupt_guard` turns SIGINT into a flag that `Monitor` checks before it
+writes anything, so an interrupted run never leaves a half-written row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+from fusedrl.train.ppo import PPO
+
+SEED_AXIS = "seed"  # the axis name `jax.vmap` must use for `SeedTaggedPPO`
+
+
+class SeedTaggedPPO(PPO):
+    """PPO whose per-update metrics carry `"seed"`, the index along the vmapped `SEED_AXIS`.
+
+    Only meaningful under `jax.vmap(train, axis_name=SEED_AXIS)`; the extra metric is an int32
+    [num_seeds, num_updates] array in the result (drop it with `drop_seed_metric`).
+    """
+
+    def update_step(self, state, hparams, venv):
+        state, metrics = super().update_step(state, hparams, venv)
+        return state, {**metrics, "seed": jax.lax.axis_index(SEED_AXIS)}
+
+
+def drop_seed_metric(result):
+    """`result` without the `"seed"` metric `SeedTaggedPPO` adds."""
+    return result.replace(metrics={k: v for k, v in result.metrics.items() if k != "seed"})
+
+
+class Logger(Protocol):
+    """Receives the rows of one update, one row per seed in seed order."""
+
+    def log(self, update: int, rows: Sequence[dict[str, float]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Monitor:
+    """The host end of the trainer's callback: collects per-seed calls, emits whole updates.
+
+    Args:
+      num_seeds: how many seeds report each logged update.
+      batch_size: env steps per update per seed (turns `env_steps` into an update number).
+      loggers: objects with `log(update, rows)`; called in update order.
+    """
+
+    def __init__(self, num_seeds: int, batch_size: int, loggers: Sequence[Logger] = ()):
+        self.num_seeds = int(num_seeds)
+        self.batch_size = int(batch_size)
+        self.loggers = list(loggers)
+        self.stop_requested = False  # set by interrupt_guard's SIGINT handler
+        self.interrupted = False  # a KeyboardInterrupt left through this monitor
+        self.last_update = 0
+        self._pending: dict[int, dict[int, dict[str, float]]] = {}
+
+    def __call__(self, metrics: dict[str, Any]) -> None:
+        try:
+            if self.stop_requested:
+                raise KeyboardInterrupt
+            row = {k: np.asarray(v).item() for k, v in metrics.items()}
+            seed = int(row.pop("seed", 0))
+            update = int(row["env_steps"]) // self.batch_size
+            seeds = self._pending.setdefault(update, {})
+            seeds[seed] = {"update": update, "seed": seed, **row}
+            if len(seeds) == self.num_seeds:
+                del self._pending[update]
+                rows = [seeds[s] for s in sorted(seeds)]
+                for logger in self.loggers:
+                    logger.log(update, rows)
+                self.last_update = max(self.last_update, update)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
+
+
+class _Dispatcher:
+    """One stable callback for compiled programs; forwards to the monitor of the current run.
+
+    A compiled program keeps the Python callable it was traced with, so programs cached across
+    runs call this object and each run installs its own `Monitor` with `active(monitor)`.
+    """
+
+    def __init__(self):
+        self.monitor: Monitor | None = None
+
+    def __call__(self, metrics):
+        if self.monitor is not None:
+            self.monitor(metrics)
+
+    @contextlib.contextmanager
+    def active(self, monitor: Monitor) -> Iterator[Monitor]:
+        previous, self.monitor = self.monitor, monitor
+        try:
+            yield monitor
+        finally:
+            self.monitor = previous
+
+
+dispatch = _Dispatcher()
+
+
+class _DropCallbackTraceback(logging.Filter):
+    """jax logs a traceback when a callback raises; an interrupt is not worth one."""
+
+    def __init__(self, monitor: Monitor):
+        super().__init__()
+        self.monitor = monitor
+
+    def filter(self, record):
+        return not (self.monitor.interrupted or self.monitor.stop_requested)
+
+
+@contextlib.contextmanager
+def interrupt_guard(monitor: Monitor) -> Iterator[None]:
+    """While active, the first Ctrl-C asks `monitor` to stop at its next callback (a clean
+    point); a second Ctrl-C interrupts at once. Outside the main thread it does nothing."""
+    jax_logger = logging.getLogger("jax._src.debugging")
+    quiet = _DropCallbackTraceback(monitor)
+    jax_logger.addFilter(quiet)
+    if threading.current_thread() is not threading.main_thread():
+        try:
+            yield
+        finally:
+            jax_logger.removeFilter(quiet)
+        return
+
+    def handler(signum, frame):
+        if monitor.stop_requested:
+            raise KeyboardInterrupt
+        monitor.stop_requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        jax_logger.removeFilter(quiet)
+
+
+def is_interrupt(error: BaseException, monitor: Monitor | None = None) -> bool:
+    """Whether a failed run was stopped by a KeyboardInterrupt inside a callback."""
+    if monitor is not None and monitor.interrupted:
+        return True
+    return isinstance(error, KeyboardInterrupt) or "KeyboardInterrupt" in str(error)
+
+
+# ----------------------------------------------------------------------------- progress bar
+class ProgressBar:
+    """Live bar (rich) of updates, env steps, SPS and the latest mean return; a `Logger`.
+
+    On a terminal it redraws in place; elsewhere (CI logs, pipes) it prints a plain line about
+    every 10% of the run.
+    """
+
+    def __init__(self, num_updates: int, batch_size: int, num_seeds: int, *, file=None,
+                 description: str = "training"):
+        from rich.console import Console
+
+        self.num_updates, self.batch_size, self.num_seeds = num_updates, batch_size, num_seeds
+        self.console = Console(file=file or sys.stderr)
+        self.start = time.perf_counter()
+        self._next_plain = 0.1
+        self._progress = None
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("updates  {task.fields[info]}"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self._task = self._progress.add_task(description, total=num_updates, info="compiled, running")
+            self._progress.start()
+
+    def restart_clock(self) -> None:
+        self.start = time.perf_counter()
+
+    def info(self, update: int, rows: Sequence[dict[str, float]]) -> str:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        steps = update * self.batch_size
+        sps = steps * self.num_seeds / elapsed
+        ret = float(np.mean([r["episode_return"] for r in rows]))
+        seeds = f" x {self.num_seeds} seeds" if self.num_seeds > 1 else ""
+        return f"env steps {_si(steps)}{seeds}  SPS {_si(sps)}  return {ret:.1f}"
+
+    def log(self, update: int, rows: Sequence[dict[str, float]]) -> None:
+        text = self.info(update, rows)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=update, info=text)
+        elif update >= self._next_plain * self.num_updates or update == self.num_updates:
+            self.console.print(f"update {update}/{self.num_updates}  {text}", highlight=False)
+            self._next_plain = (update / self.num_updates) + 0.1
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+class CallbackLogger:
+    """Adapts a plain function `fn(update, rows)` to the `Logger` protocol."""
+
+    def __init__(self, fn: Callable[[int, Sequence[dict[str, float]]], None]):
+        self.fn = fn
+
+    def log(self, update, rows):
+        self.fn(update, rows)
+
+    def close(self):
+        pass
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.0f}"

@@ -1,0 +1,388 @@
+"""Training runs with a folder of results: the layer the CLI and notebooks share.
+
+    run = train_run(preset("CartPole-v1"), out="runs/cartpole", num_seeds=4)
+    run.summary["eval_return_mean"], run.result.metrics["episode_return"]   # [4, num_updates]
+
+A run folder holds:
+
+    config.json          the resolved PPOConfig and run options (`fusedrl train --config` reads it)
+    metrics.csv          one row per update and seed (streamed during training, completed at the end)
+    learning_curve.png   mean episode return with the per-seed band
+    checkpoint/          the final RunnerState of every seed (see fusedrl.checkpoint)
+    summary.json         greedy evaluation per seed, timings, status
+
+Every file is written to a temporary name and renamed, so a crash or Ctrl-C leaves complete files
+only; metrics.csv grows by whole rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+import fusedrl
+from fusedrl import checkpoint as ckpt
+from fusedrl.evaluation import evaluate
+from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
+from fusedrl.progress import (
+    SEED_AXIS,
+    Monitor,
+    ProgressBar,
+    SeedTaggedPPO,
+    dispatch,
+    drop_seed_metric,
+    interrupt_guard,
+    is_interrupt,
+)
+from fusedrl.train.config import PPOConfig
+from fusedrl.train.ppo import TrainResult
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.csv"
+CURVE_FILE = "learning_curve.png"
+CHECKPOINT_DIR = "checkpoint"
+SUMMARY_FILE = "summary.json"
+
+
+class RunFolderExists(FileExistsError):
+    pass
+
+
+# ------------------------------------------------------------------------------ atomic files
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Writes `data` to a temporary file next to `path`, then renames it over `path`."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; give it a normal file's mode
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path, obj) -> Path:
+    return write_atomic(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(x):
+    if isinstance(x, np.generic | np.ndarray):
+        return x.tolist()
+    raise TypeError(f"cannot write {type(x).__name__} to JSON")
+
+
+# ------------------------------------------------------------------------------- run options
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a config is run (not part of PPOConfig): seeds, evaluation, progress."""
+
+    num_seeds: int = 1
+    seed: int = 0
+    eval_episodes: int = 64
+    progress_every: int | None = None  # updates between host callbacks; None: about 100 per run
+
+    def __post_init__(self):
+        for name in ("num_seeds", "eval_episodes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an int, got {self.seed!r}.")
+        pe = self.progress_every
+        if pe is not None and (not isinstance(pe, int) or isinstance(pe, bool) or pe < 0):
+            raise ValueError(f"progress_every must be an int >= 0 (0 turns progress off), got {pe!r}.")
+
+    def callback_every(self, config: PPOConfig) -> int:
+        """Updates between host callbacks; 0 means no callback at all."""
+        if self.progress_every is None:
+            return max(1, config.num_updates // 100)
+        return self.progress_every
+
+
+def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
+    """The content of config.json."""
+    return {
+        "fusedrl_version": fusedrl.__version__,
+        "ppo": config.to_dict(),
+        "run": dataclasses.asdict(options),
+    }
+
+
+def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(PPOConfig fields, run options) from a JSON or TOML file.
+
+    The file is either a run's config.json ({"ppo": {...}, "run": {...}}) or a flat table of
+    PPOConfig fields.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist.")
+    text = path.read_text(encoding="utf-8")
+    try:
+        doc = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        raise ValueError(f"config file {path} is not valid {kind}: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"config file {path} must hold a table/object, got {type(doc).__name__}.")
+    if "ppo" in doc:
+        ppo, run = doc["ppo"], doc.get("run", {})
+        unknown = sorted(set(doc) - {"ppo", "run", "fusedrl_version"})
+        if unknown:
+            raise ValueError(f"config file {path}: unknown section(s) {unknown}; expected 'ppo' and 'run'.")
+    else:
+        ppo, run = doc, {}
+    valid = {f.name for f in dataclasses.fields(RunOptions)}
+    bad = sorted(set(run) - valid)
+    if bad:
+        raise ValueError(f"config file {path}: unknown run option(s) {bad}; valid: {sorted(valid)}.")
+    return dict(ppo), dict(run)
+
+
+# ---------------------------------------------------------------------------- run folders
+def prepare_folder(out: str | os.PathLike, *, overwrite: bool) -> Path:
+    """Creates the run folder; an existing non-empty one is refused unless `overwrite`."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunFolderExists(f"{out} exists and is not a directory.")
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise RunFolderExists(
+                f"run folder {out} already exists; pass --overwrite to replace it "
+                f"(or choose another --out)."
+            )
+        if not (out / CONFIG_FILE).exists() and not (out / SUMMARY_FILE).exists():
+            raise RunFolderExists(
+                f"{out} exists but does not look like a fusedrl run folder (no {CONFIG_FILE}); "
+                f"refusing to delete it even with --overwrite."
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# ------------------------------------------------------------------------------- programs
+@functools.lru_cache(maxsize=8)
+def _program(config: PPOConfig, num_seeds: int, callback_every: int):
+    """(trainer, jitted train over seeds) for a static setup; compiled programs are reused."""
+    kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
+    train = SeedTaggedPPO(config, **kwargs)
+
+    def train_seeds(keys, hparams):
+        out = jax.vmap(train, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams)
+        return drop_seed_metric(out)
+
+    return train, jax.jit(train_seeds)
+
+
+_COMPILED: dict[tuple, Any] = {}
+
+
+def _compiled(config: PPOConfig, num_seeds: int, callback_every: int):
+    """(trainer, compiled program, seconds spent compiling now: 0.0 when reused)."""
+    cache_key = (config, num_seeds, callback_every)
+    if cache_key in _COMPILED:
+        return (*_COMPILED[cache_key], 0.0)
+    train, jitted = _program(config, num_seeds, callback_every)
+    keys = jax.ShapeDtypeStruct((num_seeds,), jax.random.key(0).dtype)
+    t = time.perf_counter()
+    compiled = jitted.lower(keys, train.default_hparams()).compile()
+    seconds = time.perf_counter() - t
+    if len(_COMPILED) >= 8:
+        _COMPILED.pop(next(iter(_COMPILED)))
+    _COMPILED[cache_key] = (train, compiled)
+    return train, compiled, seconds
+
+
+@functools.lru_cache(maxsize=8)
+def evaluator(config: PPOConfig, num_episodes: int):
+    """Jitted `evaluate(config, result, key, num_episodes)`; one compile per (config, episodes)."""
+    return jax.jit(functools.partial(evaluate, config, num_episodes=num_episodes))
+
+
+# -------------------------------------------------------------------------------- training
+@dataclasses.dataclass
+class Run:
+    """What `train_run` returns."""
+
+    config: PPOConfig
+    options: RunOptions
+    result: TrainResult | None  # per-seed results, leaves [num_seeds, ...]
+    summary: dict[str, Any]
+    path: Path | None
+
+
+def train_run(
+    config: PPOConfig,
+    out: str | os.PathLike | None = None,
+    *,
+    options: RunOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    loggers: Sequence[Any] = (),
+    progress_file=None,
+    **option_kwargs,
+) -> Run:
+    """Trains `options.num_seeds` seeds of `config` in one program, evaluates them greedily and,
+    with `out`, writes the run folder.
+
+    Args:
+      config: the PPOConfig (e.g. `fusedrl.preset("CartPole-v1")`).
+      out: the run folder, or None to keep everything in memory.
+      options: seeds, evaluation episodes, progress interval; or pass them as keywords.
+      overwrite: replace an existing run folder (otherwise it is refused before any work).
+      progress: show the live progress bar (needs `options.progress_every != 0`).
+      loggers: extra loggers (`log(update, rows)`, `close()`) fed by the progress callback.
+      progress_file: where the bar is drawn (default stderr).
+
+    Raises:
+      KeyboardInterrupt: after Ctrl-C, once the folder holds the config, the metrics logged so
+        far and a summary marked "interrupted".
+    """
+    if options is not None and option_kwargs:
+        raise TypeError(f"pass either options= or option keywords, not both ({sorted(option_kwargs)}).")
+    options = options or RunOptions(**option_kwargs)
+    fusedrl.make(config.env_id, **config.env_params)  # unknown env: fail before any work
+    path = prepare_folder(out, overwrite=overwrite) if out is not None else None
+    if path is not None:
+        write_json(path / CONFIG_FILE, config_document(config, options))
+
+    every = options.callback_every(config)
+    sinks: list[Any] = []
+    if every and path is not None:
+        sinks.append(CSVLogger(path / METRICS_FILE))
+    bar = None
+    if every and progress:
+        bar = ProgressBar(config.num_updates, config.batch_size, options.num_seeds, file=progress_file)
+    sinks += list(loggers)
+    if bar is not None:
+        sinks.append(bar)
+    monitor = Monitor(options.num_seeds, config.batch_size, sinks)
+
+    summary: dict[str, Any] = {"env_id": config.env_id, "num_seeds": options.num_seeds,
+                               "seed": options.seed, "status": "running"}
+    try:
+        _status(progress_file, progress, "compiling ...")
+        train, compiled, compile_s = _compiled(config, options.num_seeds, every)
+        keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
+        hparams = train.default_hparams()
+        if bar is not None:
+            bar.restart_clock()
+        t = time.perf_counter()
+        with dispatch.active(monitor), interrupt_guard(monitor):
+            try:
+                result = jax.block_until_ready(compiled(keys, hparams))
+            except Exception as e:
+                if is_interrupt(e, monitor):
+                    raise KeyboardInterrupt from None
+                raise
+        run_s = time.perf_counter() - t
+    except KeyboardInterrupt:
+        summary.update(status="interrupted", updates_logged=monitor.last_update)
+        if path is not None:
+            write_json(path / SUMMARY_FILE, summary)
+        raise
+    finally:
+        _close(sinks)
+
+    env_steps = config.env_steps * options.num_seeds
+    summary.update(
+        num_updates=config.num_updates,
+        env_steps_per_seed=config.env_steps,
+        compile_seconds=round(compile_s, 3),
+        train_seconds=round(run_s, 3),
+        sps=round(env_steps / run_s, 1),
+        progress_every=every,
+    )
+    returns = np.asarray(evaluator(config, options.eval_episodes)(result, jax.random.key(options.seed + 1)))
+    per_seed = returns.mean(axis=1)
+    last_train = np.asarray(result.metrics["episode_return"])[:, -1]
+    summary.update(
+        eval_episodes=options.eval_episodes,
+        eval_return_per_seed=[round(float(x), 3) for x in per_seed],
+        eval_return_mean=round(float(per_seed.mean()), 3),
+        eval_return_std=round(float(per_seed.std()), 3),
+        final_train_return_per_seed=[round(float(x), 3) for x in last_train],
+        status="finished",
+    )
+    if path is not None:
+        rows = metrics_to_rows(jax.device_get(result.metrics))
+        write_atomic(path / METRICS_FILE, format_rows(rows, header=True))
+        ckpt.save(path / CHECKPOINT_DIR, config, result.state, result.hparams, num_seeds=options.num_seeds,
+                  extra={"seed": options.seed})
+        from fusedrl.plotting import plot_learning_curve
+
+        title = f"{config.env_id}, {options.num_seeds} seed(s)"
+        plot_learning_curve(result.metrics, path / CURVE_FILE, title=title)
+        write_json(path / SUMMARY_FILE, summary)
+    return Run(config, options, result, summary, path)
+
+
+def _status(file, enabled: bool, text: str) -> None:
+    if enabled:
+        print(text, file=file or sys.stderr, flush=True)
+
+
+def _close(sinks) -> None:
+    for s in sinks:
+        s.close()
+
+
+# ------------------------------------------------------------------------------ reading runs
+def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{run_dir} is not a fusedrl run folder: {CONFIG_FILE} is missing.")
+    ppo, run = read_config_file(run_dir / CONFIG_FILE)
+    return PPOConfig.from_dict(ppo), RunOptions(**run)
+
+
+def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int = 64, seed: int = 0) -> dict[str, Any]:
+    """Greedy returns of every seed in a saved run: {"per_seed": [...], "mean": m, "std": s}."""
+    run_dir = Path(run_dir)
+    config, _ = load_run_config(run_dir)
+    saved_config, state, hparams, meta = ckpt.restore(run_dir / CHECKPOINT_DIR, config)
+    result = TrainResult(state=state, metrics={}, hparams=hparams)
+    returns = np.asarray(evaluator(config, num_episodes)(result, jax.random.key(seed)))
+    if returns.ndim == 1:
+        returns = returns[None]
+    per_seed = returns.mean(axis=1)
+    return {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
+            "episodes": num_episodes}
+
+
+def summary_table(summary: Mapping[str, Any]) -> str:
+    """The plain-text table the CLI prints after training."""
+    lines = [f"{summary['env_id']}: {summary['num_seeds']} seed(s) x "
+             f"{summary['env_steps_per_seed']:,} env steps ({summary['num_updates']} updates)"]
+    lines.append(f"  {'seed':>4}  {'greedy return':>13}  {'last train return':>17}")
+    for i, (ev, tr) in enumerate(zip(summary["eval_return_per_seed"], summary["final_train_return_per_seed"],
+                                     strict=True)):
+        lines.append(f"  {i:>4}  {ev:>13.1f}  {tr:>17.1f}")
+    lines.append(f"  {'mean':>4}  {summary['eval_return_mean']:>8.1f} +- {summary['eval_return_std']:<.1f}"
+                 f"   ({summary['eval_episodes']} greedy episodes per seed)")
+    lines.append(f"  compile {summary['compile_seconds']:.1f} s   train {summary['train_seconds']:.1f} s   "
+                 f"{summary['sps']:,.0f} env steps/s (all seeds)")
+    return "\n".join(lines)

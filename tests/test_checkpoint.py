@@ -1,0 +1,131 @@
+"""Checkpoints: exact resume in a new process, and clear errors for mismatched or corrupt ones."""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from fusedrl import checkpoint as ckpt
+from fusedrl.train import PPOConfig, make_train
+
+# Both normalisers on, so their statistics are part of what must survive the round trip.
+SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
+             update_epochs=2, num_minibatches=2, hidden_sizes=(16,), normalize_obs=True,
+             normalize_reward=True)
+HALF = 3
+
+
+def _leaves(tree):
+    """Leaves as NumPy arrays, PRNG keys as their key data, with their paths."""
+    arrays, _, _ = ckpt._flatten(tree)
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    config = PPOConfig(**SMALL)
+    train = make_train(config)
+    hp = train.default_hparams()
+    key = jax.random.key(7)
+    full = jax.jit(train)(key, hp)  # 2 * HALF updates in one program
+    run_half = jax.jit(train.run, static_argnums=2)
+    half = run_half(jax.jit(train.init)(key, hp), hp, HALF)
+    path = ckpt.save(tmp_path_factory.mktemp("ckpt") / "checkpoint", config, half.state, half.hparams,
+                     extra={"note": "half"})
+    return config, full, half, path
+
+
+def test_resume_in_a_new_process_is_bit_identical(runs, tmp_path):
+    config, full, half, path = runs
+    out = tmp_path / "resumed.npz"
+    script = textwrap.dedent(
+        f"""
+        import jax, numpy as np
+        from fusedrl import checkpoint as ckpt
+        from fusedrl.train import make_train
+        config, state, hparams, meta = ckpt.restore({str(path)!r})
+        assert meta["extra"] == {{"note": "half"}}
+        train = make_train(config)
+        rest = jax.jit(train.run, static_argnums=2)(state, hparams, {HALF})
+        arrays = ckpt._flatten(rest.state)[0]
+        arrays.update({{"metric." + k: np.asarray(v) for k, v in rest.metrics.items()}})
+        np.savez({str(out)!r}, **arrays)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=500)
+    resumed = dict(np.load(out))
+    expected = _leaves(full.state)
+    assert set(expected) == {k for k in resumed if not k.startswith("metric.")}
+    for name, value in expected.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+    for name, value in full.metrics.items():
+        np.testing.assert_array_equal(resumed["metric." + name], np.asarray(value)[HALF:], err_msg=name)
+    # The first half matches too: the checkpoint is the state after HALF updates of the same run.
+    np.testing.assert_array_equal(half.metrics["policy_loss"], np.asarray(full.metrics["policy_loss"])[:HALF])
+
+
+def test_restore_round_trip_in_process(runs):
+    config, _, half, path = runs
+    restored_config, state, hparams, _ = ckpt.restore(path, config)
+    assert restored_config == config
+    a, b = _leaves(half.state), _leaves(state)
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert jax.dtypes.issubdtype(state.key.dtype, jax.dtypes.prng_key)
+    assert isinstance(hparams.env_params.gravity, float)  # Python numbers stay Python numbers
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (dict(hidden_sizes=(32,)), ["hidden_sizes", "[16]", "[32]"]),
+        (dict(env_id="Acrobot-v1"), ["env_id", "CartPole-v1", "Acrobot-v1"]),
+    ],
+)
+def test_mismatched_checkpoint_names_the_field(runs, change, words):
+    config, _, _, path = runs
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.restore(path, config.replace(**change))
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
+def test_corrupt_checkpoints_fail_clearly(runs, tmp_path):
+    _, _, _, path = runs
+    # Arrays that do not fit the stored config (as if meta.json and arrays came from different runs).
+    bad = tmp_path / "shapes"
+    shutil.copytree(path, bad)
+    meta = json.loads((bad / "meta.json").read_text())
+    meta["config"]["hidden_sizes"] = [32]
+    (bad / "meta.json").write_text(json.dumps(meta))
+    shapes = r"field state\.params\.\S+ has shape \(16,\).*expected \(32,\)"
+    with pytest.raises(ckpt.CheckpointError, match=shapes):
+        ckpt.restore(bad)
+    # Damaged array files.
+    broken = tmp_path / "broken"
+    shutil.copytree(path, broken)
+    shutil.rmtree(broken / "arrays")
+    (broken / "arrays").mkdir()
+    with pytest.raises(ckpt.CheckpointError, match="cannot read the checkpoint arrays"):
+        ckpt.restore(broken)
+    # Not a checkpoint / garbage meta.json.
+    with pytest.raises(ckpt.CheckpointError, match="meta.json is missing"):
+        ckpt.restore(tmp_path)
+    (broken / "meta.json").write_text("{not json")
+    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        ckpt.restore(broken)
+
+
+def test_save_replaces_atomically(runs, tmp_path):
+    config, _, half, _ = runs
+    target = tmp_path / "checkpoint"
+    ckpt.save(target, config, half.state, half.hparams)
+    ckpt.save(target, config, half.state, half.hparams)  # overwrite an existing checkpoint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no temp or old copies left
+    assert (target / "meta.json").is_file()
