@@ -2,11 +2,13 @@
 
 Stepping thousands of small environments costs more in random numbers than in physics: gymnax's
 `step` splits a key per env per step and draws a fresh initial state for every env at every step,
-only to throw it away unless that env's episode ended. `VecEnv` keeps a *reset pool* instead: N
-initial states drawn in one batch; an env whose episode ends takes the next unused one. The pool is
-redrawn (under `lax.cond`, so only when needed) once it cannot serve the envs that just finished.
-Every episode still starts from a fresh, never-reused draw of the env's own `reset_env`, so the
-distribution of initial states is unchanged; only the bookkeeping of which key produced it differs.
+only to throw it away unless that env's episode ended. `VecEnv` keeps a *reset pool* instead: one
+initial state per env, drawn for all N in one batch. An env whose episode ends takes its own pool
+slot and marks it used; when an env finishes whose slot is already used, the whole pool is redrawn
+first (under `lax.cond`, so only then). Every episode still starts from a fresh, never-reused draw
+of the env's own `reset_env`, and which draw an env gets never depends on the draws' values, so
+the distribution of initial states is unchanged. Slot i belongs to env i, so handing states out
+is an elementwise select: no prefix sums, no gathers.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ from fusedrl.envs.base import check_action, check_params, tree_select
 @struct.dataclass
 class VecEnvState:
     env_state: Any  # env state pytree, leaves [N, ...]
-    pool_obs: Any  # [N, *obs_shape] initial observations not yet handed out
+    pool_obs: Any  # [N, *obs_shape] one fresh initial observation per env
     pool_state: Any  # env state pytree [N, ...] matching pool_obs
-    pool_used: jax.Array  # [] int32, pool entries already handed out
+    pool_fresh: jax.Array  # [N] bool, slot i not handed out since the last redraw
     key: jax.Array  # key for pool redraws and (stochastic envs) per-env step noise
+
+    @property
+    def pool_used(self) -> jax.Array:
+        """[] int32, pool slots handed out since the last redraw."""
+        return jnp.sum(~self.pool_fresh, axis=-1, dtype=jnp.int32)
 
 
 class VecEnv:
@@ -56,7 +63,8 @@ class VecEnv:
         k_env, k_pool, key = jax.random.split(key, 3)
         obs, env_state = self._reset_batch(k_env, params)
         pool_obs, pool_state = self._reset_batch(k_pool, params)
-        return obs, VecEnvState(env_state, pool_obs, pool_state, jnp.int32(0), key)
+        fresh = jnp.ones(self.num_envs, bool)
+        return obs, VecEnvState(env_state, pool_obs, pool_state, fresh, key)
 
     def step(self, state: VecEnvState, action: jax.Array, params=None):
         """Steps all N envs with `action` [N, *action_shape]; resets those whose episode ended.
@@ -87,27 +95,23 @@ class VecEnv:
         truncated = jnp.asarray(truncated, bool)
         done = terminated | truncated
 
-        # Hand the i-th finishing env the (pool_used + i)-th fresh initial state; redraw first if
-        # the pool cannot serve everyone. Under vmap (seeds) the cond becomes a select: still
-        # correct, merely no longer skipped.
-        num_done = done.sum(dtype=jnp.int32)
-
+        # Env i restarts from pool slot i; if some finishing env's slot was already used, redraw
+        # the pool first. Under vmap (seeds) the cond becomes a select: still correct, merely no
+        # longer skipped.
         def redraw(args):
             key, _, _, _ = args
             key, k_pool = jax.random.split(key)
             pool_obs, pool_state = self._reset_batch(k_pool, params)
-            return key, pool_obs, pool_state, jnp.int32(0)
+            return key, pool_obs, pool_state, jnp.ones(n, bool)
 
-        key, pool_obs, pool_state, pool_used = jax.lax.cond(
-            state.pool_used + num_done > n,
+        key, pool_obs, pool_state, fresh = jax.lax.cond(
+            jnp.any(done & ~state.pool_fresh),
             redraw,
             lambda args: args,
-            (key, state.pool_obs, state.pool_state, state.pool_used),
+            (key, state.pool_obs, state.pool_state, state.pool_fresh),
         )
-        slot = jnp.clip(pool_used + jnp.cumsum(done, dtype=jnp.int32) - 1, 0, n - 1)
-        fresh_obs, fresh_state = jax.tree.map(lambda x: x[slot], (pool_obs, pool_state))
-        obs = tree_select(done, fresh_obs, obs_st)
-        env_state = tree_select(done, fresh_state, env_state)
+        obs = tree_select(done, pool_obs, obs_st)
+        env_state = tree_select(done, pool_state, env_state)
         info = {**info, "final_observation": obs_st}
-        new_state = VecEnvState(env_state, pool_obs, pool_state, pool_used + num_done, key)
+        new_state = VecEnvState(env_state, pool_obs, pool_state, fresh & ~done, key)
         return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
