@@ -1,0 +1,41 @@
+"""`fusedrl.profile` (the update-time profiler) and `python -m fusedrl.bench profile`, at tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import fusedrl.bench
+from fusedrl import profile
+
+TINY = ["--num-envs", "2", "--num-steps", "8", "--update-epochs", "1", "--num-minibatches", "1",
+        "--repeats", "1"]
+
+
+@pytest.mark.parametrize("mode, phases", [
+    ("fused", {"env", "policy", "gae", "update", "transfer"}),
+    ("bridge", {"env", "policy: device", "policy: dispatch", "to_device", "to_host", "python",
+                "gae", "update"}),
+])
+def test_profile_prints_table_and_json(mode, phases, capsys):
+    assert fusedrl.bench.main(["profile", "--env", "CartPole-v1", "--mode", mode, *TINY]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    assert summary["mode"] == mode and summary["num_envs"] == 2 and summary["num_steps"] == 8
+    assert summary["env_id"] == ("CartPole-v1" if mode == "fused" else "gymnasium:CartPole-v1")
+    assert phases <= set(summary["seconds"])
+    assert all(math.isfinite(v) for v in summary["seconds"].values())
+    assert summary["total_seconds"] > 0 and summary["steps_per_s"] > 0
+    assert 0 < summary["device_fraction"] <= 1
+    for phase in phases:
+        assert phase in out  # the table names every phase
+    assert "env steps/s" in out
+
+
+def test_fused_mode_needs_a_jax_env(capsys):
+    assert profile.main(["--env", "gymnasium:Taxi-v3", "--mode", "fused"]) == 2
+    assert "JAX" in capsys.readouterr().err
+    assert profile.resolve("gymnasium:CartPole-v1", None) == ("gymnasium:CartPole-v1", "bridge")
+    assert profile.resolve("gymnasium:CartPole-v1", "fused") == ("CartPole-v1", "fused")
