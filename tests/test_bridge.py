@@ -171,10 +171,11 @@ def test_truncation_keeps_the_final_observation_and_is_not_termination():
 
 
 # The rl-zoo CartPole settings (8 envs x 32 steps, 20 epochs of one 256-sample minibatch, lr 1e-3
-# annealed, gamma 0.98, lambda 0.8, no entropy bonus), 100k env steps.
+# annealed, gamma 0.98, lambda 0.8, no entropy bonus), 100k env steps: ~25-60 s on the shared 2-core
+# CPU. Measured with keys 0..3: every greedy episode returned 500 (16 episodes per seed).
 LEARN = dict(env_id=CARTPOLE, num_envs=8, num_steps=32, total_timesteps=100_000, update_epochs=20,
              num_minibatches=1, lr=1e-3, gamma=0.98, gae_lambda=0.8, ent_coef=0.0)
-LEARN_THRESHOLD = 400.0
+LEARN_THRESHOLD = 450.0
 
 
 def test_bridge_learns_cartpole():
