@@ -18,6 +18,29 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
     ),
+    # rl-zoo ppo.yml (normalize, gae 0.94, ent 0) with PureJaxRL-size batches and lr 1e-3.
+    # Measured: greedy -82.3 ± 3.9 over 4 seeds (min -86.5), 5e5 steps; reference -80.
+    "Acrobot-v1": dict(
+        num_envs=16, num_steps=128, total_timesteps=500_000, update_epochs=4, num_minibatches=8,
+        lr=1e-3, gamma=0.99, gae_lambda=0.94, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
+    ),
+    # rl-zoo ppo.yml (gamma 0.9-0.95, gae 0.95, 10 epochs, lr 1e-3; no gSDE here), 32 envs.
+    # Measured: greedy -145.8 ± 11.0 over 4 seeds (min -160.3), 1e6 steps; reference -130.
+    "Pendulum-v1": dict(
+        num_envs=32, num_steps=128, total_timesteps=1_000_000, update_epochs=10, num_minibatches=8,
+        lr=1e-3, gamma=0.95, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
+        normalize_reward=True,
+    ),
+    # rl-zoo ppo.yml (normalize, 16-step rollouts, gae 0.98, ent 0, lr 3e-4), 32 envs.
+    # Measured: greedy -123.5 ± 8.7 over 4 seeds (min -133.4), 1e6 steps; reference -118.
+    "MountainCar-v0": dict(
+        num_envs=32, num_steps=16, total_timesteps=1_000_000, update_epochs=4, num_minibatches=4,
+        lr=3e-4, gamma=0.99, gae_lambda=0.98, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
+        normalize_reward=True,
+    ),
 }
 
 
