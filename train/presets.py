@@ -41,6 +41,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
         normalize_reward=True,
     ),
+    # rl-zoo-style normalize obs+reward; no gSDE: the state-independent std starts at 1 and ent_coef 0.
+    # Measured: greedy 93.2 ± 0.0 over 4 seeds (min 93.2), 1e6 steps; reference 92.
+    "MountainCarContinuous-v0": dict(
+        num_envs=32, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=8,
+        lr=3e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
+        normalize_reward=True,
+    ),
 }
 
 
