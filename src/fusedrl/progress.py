@@ -86,9 +86,9 @@ class Monitor:
             if len(seeds) == self.num_seeds:
                 del self._pending[update]
                 rows = [seeds[s] for s in sorted(seeds)]
+                self.last_update = max(self.last_update, update)  # the latest update handed to loggers
                 for logger in self.loggers:
                     logger.log(update, rows)
-                self.last_update = max(self.last_update, update)
         except KeyboardInterrupt:
             self.interrupted = True
             raise

@@ -1,0 +1,71 @@
+"""Measures what the progress callback costs: `python -m fusedrl.progress_cost --env CartPole-v1`.
+
+Compiles the CLI's program with the callback off and with it on (every k updates, feeding the CSV
+logger and the progress bar as `fusedrl train` does), then alternates timed runs of each and
+reports the medians and their ratio. Alternating spreads the noise of a shared machine evenly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+from fusedrl.loggers import CSVLogger
+from fusedrl.progress import Monitor, ProgressBar, dispatch, interrupt_guard
+from fusedrl.runs import _compiled
+from fusedrl.train.presets import preset
+
+
+def measure(env_id: str, every: list[int], repeats: int, num_seeds: int) -> dict[int, list[float]]:
+    config = preset(env_id)
+    keys = jax.random.split(jax.random.key(0), num_seeds)
+    programs = {}
+    for k in [0, *every]:
+        train, compiled, seconds = _compiled(config, num_seeds, k)
+        programs[k] = (compiled, train.default_hparams())
+        print(f"compiled callback_every={k} in {seconds:.1f} s", flush=True)
+    times: dict[int, list[float]] = {k: [] for k in programs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            for k, (compiled, hparams) in programs.items():
+                csv_logger = CSVLogger(Path(tmp) / f"m{k}_{r}.csv")
+                bar = ProgressBar(config.num_updates, config.batch_size, num_seeds, file=io.StringIO())
+                monitor = Monitor(num_seeds, config.batch_size, [csv_logger, bar])
+                t = time.perf_counter()
+                with dispatch.active(monitor), interrupt_guard(monitor):
+                    jax.block_until_ready(compiled(keys, hparams))
+                times[k].append(time.perf_counter() - t)
+                csv_logger.close()
+                print(f"repeat {r}: callback_every={k}: {times[k][-1]:.2f} s", flush=True)
+    return times
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m fusedrl.progress_cost", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--every", type=int, nargs="+", default=None,
+                   help="callback intervals to measure (default: the CLI's default and 1)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--num-seeds", type=int, default=1)
+    args = p.parse_args(argv)
+    config = preset(args.env)
+    every = args.every or sorted({max(1, config.num_updates // 100), 1}, reverse=True)
+    times = measure(args.env, every, args.repeats, args.num_seeds)
+    off = statistics.median(times[0])
+    print(f"\n{args.env} preset, {config.num_updates} updates, {args.num_seeds} seed(s), "
+          f"{args.repeats} alternating repeats (median):")
+    print(f"  callback off        {off:7.2f} s")
+    for k in every:
+        on = statistics.median(times[k])
+        print(f"  callback every {k:<4} {on:7.2f} s   ratio {on / off:.3f} ({(on / off - 1) * 100:+.1f}%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""The `fusedrl` CLI in-process, run folders, per-seed progress logging, Ctrl-C, policy loading.
+
+One tiny config is compiled once (module fixture); every later run of the same config, seed count
+and progress interval reuses the compiled program (fusedrl.runs caches it).
+"""
+
+import contextlib
+import csv
+import io
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from fusedrl import cli, policy, runs
+from fusedrl.loggers import CSV_COLUMNS, CSVLogger
+from fusedrl.progress import Monitor
+from fusedrl.train import PPOConfig, preset
+from fusedrl.train.ppo import METRIC_NAMES
+
+TINY = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=2, num_minibatches=2,
+            hidden_sizes=(16,))
+TINY_ARGS = ["--set", "num_envs=4", "--set", "num_steps=16", "--total-timesteps", "384",
+             "--set", "update_epochs=2", "--set", "num_minibatches=2", "--set", "hidden_sizes=16"]
+RUN_ARGS = ["--num-seeds", "2", "--eval-episodes", "4", "--progress-every", "2"]
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def log(self, update, rows):
+        self.calls.append((update, [dict(r) for r in rows]))
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 2-seed run through the library (with a recording logger), then the same through the CLI."""
+    root = tmp_path_factory.mktemp("runs")
+    config = preset("CartPole-v1", **TINY)
+    recorder = Recorder()
+    run = runs.train_run(config, root / "lib", num_seeds=2, eval_episodes=4, progress_every=2,
+                         loggers=[recorder], progress_file=io.StringIO())
+    code, out, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", root / "cli")
+    assert code == 0, err
+    return config, run, recorder, root / "cli", out, err
+
+
+# --------------------------------------------------------------------------------- progress
+def test_callback_rows_are_per_seed_and_in_order(trained):
+    config, run, recorder, *_ = trained
+    assert [u for u, _ in recorder.calls] == [2, 4, 6]
+    for update, rows in recorder.calls:
+        assert [r["seed"] for r in rows] == [0, 1]
+        for r in rows:
+            for name in METRIC_NAMES:  # the exact values of that seed and update, not an average
+                assert r[name] == np.asarray(run.result.metrics[name])[r["seed"], update - 1], name
+    # The two seeds really differ (so a mix-up would show).
+    assert recorder.calls[-1][1][0]["policy_loss"] != recorder.calls[-1][1][1]["policy_loss"]
+
+
+def test_monitor_regroups_calls_arriving_in_any_order():
+    rec = Recorder()
+    m = Monitor(num_seeds=3, batch_size=10, loggers=[rec])
+    for update, seed in [(1, 2), (1, 0), (2, 1), (1, 1), (2, 2), (2, 0)]:
+        m({"env_steps": np.int32(10 * update), "seed": np.int32(seed), "episode_return": np.float32(seed)})
+    assert [(u, [r["seed"] for r in rows]) for u, rows in rec.calls] == [(1, [0, 1, 2]), (2, [0, 1, 2])]
+
+
+# ------------------------------------------------------------------------------- run folder
+def test_run_folder_contents(trained):
+    config, run, _, run_dir, out, err = trained
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == ["checkpoint", "config.json", "learning_curve.png", "metrics.csv", "summary.json"]
+    assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert [(int(r["update"]), int(r["seed"])) for r in rows] == [(u, s) for u in range(1, 7) for s in (0, 1)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and len(summary["eval_return_per_seed"]) == 2
+    assert summary == {**run.summary, "compile_seconds": summary["compile_seconds"],
+                       "train_seconds": summary["train_seconds"], "sps": summary["sps"]}
+    # The summary table and the progress lines.
+    assert "mean" in out and "greedy return" in out and "compile" in out
+    assert "update 6/6" in err and "SPS" in err
+
+
+def test_config_file_round_trip(trained, tmp_path):
+    config, _, _, run_dir, *_ = trained
+    args = cli.build_parser().parse_args(["train", "--config", str(run_dir / "config.json")])
+    again, options = cli.resolve(args)
+    assert again == config
+    assert (options.num_seeds, options.eval_episodes, options.progress_every) == (2, 4, 2)
+    # CLI flags win over the file; a flat TOML file of PPOConfig fields works too.
+    args = cli.build_parser().parse_args(
+        ["train", "--config", str(run_dir / "config.json"), "--set", "lr=1e-3", "--num-seeds", "3"]
+    )
+    changed, options = cli.resolve(args)
+    assert changed == config.replace(lr=1e-3) and options.num_seeds == 3
+    toml = tmp_path / "c.toml"
+    toml.write_text('env_id = "Pendulum-v1"\nhidden_sizes = [8, 8]\nnormalize_obs = true\n')
+    got, _ = cli.resolve(cli.build_parser().parse_args(["train", "--config", str(toml)]))
+    assert got == PPOConfig(env_id="Pendulum-v1", hidden_sizes=(8, 8), normalize_obs=True)
+
+
+def test_existing_run_folder_is_refused_then_overwritten(trained):
+    config, _, _, run_dir, *_ = trained
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir)
+    assert code == 2 and "already exists" in err and "--overwrite" in err
+    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
+    code, out, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir,
+                             "--overwrite")
+    assert code == 0, err
+    assert json.loads((run_dir / "summary.json").read_text())["compile_seconds"] == 0.0  # program reused
+
+
+# ----------------------------------------------------------------------------- evaluate/load
+def test_evaluate_command(trained):
+    *_, run_dir, _, _ = trained
+    code, out, err = run_cli("evaluate", run_dir, "--episodes", "4")
+    assert code == 0, err
+    assert "seed   0" in out and "seed   1" in out and "mean" in out
+    code, _, err = run_cli("evaluate", run_dir.parent / "missing")
+    assert code == 2 and "config.json is missing" in err
+
+
+def test_load_policy_single_batch_and_seed(trained):
+    config, run, _, run_dir, *_ = trained
+    obs = np.asarray(jax.random.normal(jax.random.key(0), (5, 4)) * 0.05, np.float32)
+    for seed in (0, 1):
+        pi = policy.load(run_dir, seed=seed)
+        batch = np.asarray(pi.act(obs))
+        assert batch.shape == (5,) and set(batch.tolist()) <= {0, 1}
+        assert [int(pi.act(o)) for o in obs] == batch.tolist()
+        # Greedy = the network's argmax on the raw obs (CartPole's preset has no obs normalisation).
+        params = jax.tree.map(lambda x, i=seed: x[i], run.result.state.params)
+        logits = pi.trainer.network.apply(params, obs)[0].logits
+        np.testing.assert_array_equal(batch, np.argmax(logits, axis=-1))
+        sampled = pi.act(obs, jax.random.key(1))
+        assert sampled.shape == (5,)
+    with pytest.raises(IndexError, match="seeds 0..1"):
+        policy.load(run_dir, seed=2)
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        policy.load(run_dir).act(np.zeros(3))
+
+
+# -------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--env", "CartPol-v1"], ["Unknown environment id 'CartPol-v1'", "CartPole-v1"]),
+        (["--env", "CartPole-v1", "--set", "lrr=1e-3"], ["no field 'lrr'", "Did you mean 'lr'"]),
+        (["--env", "CartPole-v1", "--set", "num_envs=four"], ["num_envs expects an integer", "'four'"]),
+        (["--env", "CartPole-v1", "--set", "normalize_obs=maybe"], ["normalize_obs expects true or false"]),
+        (["--env", "CartPole-v1", "--set", "lr=fast"], ["lr expects a number"]),
+        (["--env", "CartPole-v1", "--set", "hidden_sizes=64,x"], ["hidden_sizes expects an integer"]),
+        (["--env", "CartPole-v1", "--set", "gamma=1.5"], ["gamma must be in (0, 1]"]),
+        (["--env", "CartPole-v1", "--set", "lr"], ["FIELD=VALUE"]),
+        (["--env", "CartPole-v1", "--set", "env_params.gravty=1"], ["gravity"]),
+        (["--env", "CartPole-v1", "--num-seeds", "0"], ["num_seeds must be a positive int"]),
+        ([], ["--env ID"]),
+    ],
+)
+def test_bad_train_input_is_a_clear_error(argv, words, tmp_path):
+    code, out, err = run_cli("train", *argv, "--out", tmp_path / "run")
+    assert code == 2, (out, err)
+    for w in words:
+        assert w in err, (w, err)
+    assert not (tmp_path / "run").exists()  # nothing was created
+
+
+def test_help_and_envs():
+    with pytest.raises(SystemExit) as info:
+        run_cli("--help")
+    assert info.value.code == 0
+    code, out, _ = run_cli("envs")
+    assert code == 0
+    assert "CartPole-v1" in out and "Discrete(2)" in out and "Box((3,), -8..8)" in out
+
+
+# ------------------------------------------------------------------------------------ Ctrl-C
+def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
+    """A KeyboardInterrupt raised from inside the jitted run (where a real Ctrl-C lands on CPU)."""
+    original = CSVLogger.log
+
+    def log_then_interrupt(self, update, rows):
+        original(self, update, rows)
+        if update == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    run_dir = tmp_path / "run"
+    code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir)
+    assert code == 130 and "interrupted" in err
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.csv", "summary.json"]
+    config, options = runs.load_run_config(run_dir)
+    assert config == trained[0] and options.num_seeds == 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["updates_logged"] == 4
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(int(r["update"]), int(r["seed"])) for r in rows] == [(2, 0), (2, 1), (4, 0), (4, 1)]
+    assert all(None not in r.values() and "" not in r.values() for r in rows)  # whole rows only
