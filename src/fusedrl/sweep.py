@@ -1,0 +1,714 @@
+"""Many agents in one program: sweeps over seeds and traced hyperparameters, and data parallelism.
+
+    swept = fusedrl.sweep(config, num_seeds=4, lr=[1e-4, 3e-4, 1e-3], gamma=[0.98, 0.99])
+    swept.metrics["episode_return"].shape      # (4, 3, 2, num_updates): dims seed, lr, gamma
+    swept.sel(lr=3e-4, seed=0)                 # one run (dims dropped)
+    swept.to_table()                           # one row per run: hyperparameters, seed, summaries
+    swept.plot(by="lr")                        # learning curves by value (matplotlib)
+
+Only traced numbers can be swept: the `Hyperparams` fields (`TRACED_FIELDS`) and any field of the
+env's params dataclass (e.g. CartPole's `gravity`). All runs of a sweep are one `jax.vmap` of
+`train(key, hparams)` under one `jax.jit`: one compile, whatever the number of runs. Swept leaves
+carry a leading run axis; the other leaves are passed once, unbatched. When several devices are
+visible the run axis is split across them (`shard_map` over a one-axis `Mesh`), padded to a
+multiple of the device count and trimmed afterwards. Memory is [runs, num_updates] per metric plus
+one final state per run; nothing grows with total timesteps.
+
+Modes (the keyword arguments after `**` are the axes):
+- "grid" (default): the Cartesian product; each field is a dimension of the result.
+- "zip": the i-th values of every field form trial i (all lists of the same length); dims
+  ("seed", "trial").
+- "random": `num_samples` trials, each field drawn independently from its spec; dims
+  ("seed", "trial"). A spec is `(low, high)`: uniform, but log-uniform for `lr` (the only field
+  whose natural scale is logarithmic), integer-uniform (inclusive) for integer env params;
+  `LogUniform(low, high)` / `Uniform(low, high)` to choose explicitly; a list: uniform choice
+  among its values. Draws come from `key` (folded with a constant, so they do not correlate with
+  the seeds' keys) and are reproducible.
+
+Seeds: `seed_keys = jax.random.split(key, num_seeds)`; every run with seed index i uses
+`seed_keys[i]`, so the run (seed=i, lr=v) is `jax.jit(train)(seed_keys[i], hparams with lr=v)`.
+On XLA:CPU such a single run agrees with its sweep slice to float32 rounding (not bit for bit): a
+reduction or fused elementwise op over a batched [runs, ...] array is compiled with another loop
+order or vectorisation than the same op on one run's [...] array.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import difflib
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
+from fusedrl.train.ppo import TrainResult, make_train
+
+MODES = ("grid", "zip", "random")
+RUN_AXIS = "runs"  # mesh axis the sweep's runs are split along
+LOG_UNIFORM_FIELDS = ("lr",)  # (low, high) ranges of these are drawn log-uniformly in random mode
+_RANDOM_SALT = 0x5EED  # folded into `key` for random-search draws
+
+
+# ------------------------------------------------------------------------------- random specs
+@dataclasses.dataclass(frozen=True)
+class Uniform:
+    """Random-search spec: uniform on [low, high] (integers: inclusive, for integer fields)."""
+
+    low: float
+    high: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LogUniform:
+    """Random-search spec: log-uniform on [low, high], both > 0."""
+
+    low: float
+    high: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """Random-search spec: uniform choice among `values`."""
+
+    values: tuple
+
+
+# ------------------------------------------------------------------------------------- result
+@dataclasses.dataclass(frozen=True, eq=False)
+class SweepResult:
+    """The runs of a sweep, with named dimensions.
+
+    Attributes:
+      config: the base `PPOConfig` (its values of the swept fields are unused).
+      mode: "grid", "zip" or "random".
+      dims: dimension names, e.g. ("seed", "lr", "gamma") for a grid, ("seed", "trial") otherwise.
+      axes: the coordinate of each dimension: seed -> [0..num_seeds), a grid field -> its values,
+        trial -> [0..num_trials).
+      values: each swept field's value for every run, shape `shape` (broadcast over the dims).
+      metrics: each of the trainer's metrics, float/int numpy arrays [*shape, num_updates].
+      result: the final `TrainResult` of every run, each leaf [*shape, ...] (None if dropped).
+      seed_keys: [num_seeds] the PRNG key each seed index ran with.
+    """
+
+    config: PPOConfig
+    mode: str
+    dims: tuple[str, ...]
+    axes: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+    metrics: dict[str, np.ndarray]
+    result: TrainResult | None
+    seed_keys: jax.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(self.axes[d]) for d in self.dims)
+
+    @property
+    def num_runs(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The swept fields, in the order they were given."""
+        return tuple(self.values)
+
+    def axis(self, dim: str) -> int:
+        """The position of dimension `dim` (for numpy reductions: `.mean(axis=r.axis("seed"))`)."""
+        if dim not in self.dims:
+            raise KeyError(f"no dimension {dim!r}; dims are {self.dims}.")
+        return self.dims.index(dim)
+
+    # ---------------------------------------------------------------------------- selection
+    def isel(self, **indices: int | Sequence[int] | slice) -> SweepResult:
+        """Selects by position along dims: an int drops the dim, a list or slice keeps it."""
+        out = self
+        for dim, idx in indices.items():
+            out = out._take(out.axis(dim), idx)
+        return out
+
+    def sel(self, **selectors: Any) -> SweepResult:
+        """Selects by value: `sel(lr=3e-4, seed=0)`. A scalar drops its dim, a list keeps it.
+
+        Floats match to a relative 1e-6 (values are stored as float32). In zip/random mode a swept
+        field is not a dim: the trials whose value matches are kept (and the "trial" dim dropped
+        when exactly one trial matches every scalar selector).
+        """
+        out = self
+        trial_mask, trial_scalar = None, True
+        for name, want in selectors.items():
+            if name in out.dims:
+                coord = out.axes[name]
+                if np.ndim(want) == 0:
+                    out = out._take(out.axis(name), _find(name, coord, want))
+                else:
+                    out = out._take(out.axis(name), [_find(name, coord, w) for w in want])
+            elif name in out.values and "trial" in out.dims:
+                # In zip/random mode every field varies along "trial" only: read it there.
+                first = tuple(slice(None) if d == "trial" else 0 for d in out.dims)
+                along = out.values[name][first]
+                wants = [want] if np.ndim(want) == 0 else list(want)
+                trial_scalar &= np.ndim(want) == 0
+                mask = np.zeros(len(along), bool)
+                for w in wants:
+                    mask |= _matches(along, w)
+                trial_mask = mask if trial_mask is None else trial_mask & mask
+            else:
+                valid = list(out.dims) + [f for f in out.values if f not in out.dims]
+                raise KeyError(f"cannot select on {name!r}; valid names: {valid}.")
+        if trial_mask is not None:
+            hits = np.flatnonzero(trial_mask)
+            if hits.size == 0:
+                raise KeyError(f"no trial matches {selectors}.")
+            idx = int(hits[0]) if (trial_scalar and hits.size == 1) else hits.tolist()
+            out = out._take(out.axis("trial"), idx)
+        return out
+
+    def _take(self, ax: int, idx) -> SweepResult:
+        dim = self.dims[ax]
+        if isinstance(idx, slice):
+            idx = list(range(len(self.axes[dim])))[idx]
+        keep = not isinstance(idx, int | np.integer)
+        index = (slice(None),) * ax + (idx if keep else int(idx),)
+
+        def take(x):
+            return x[index]
+
+        dims = self.dims if keep else self.dims[:ax] + self.dims[ax + 1 :]
+        axes = {d: (take_1d(c, idx) if d == dim else c) for d, c in self.axes.items() if keep or d != dim}
+        seed_keys = self.seed_keys[idx if keep else int(idx)] if dim == "seed" else self.seed_keys
+        return dataclasses.replace(
+            self,
+            dims=dims,
+            axes=axes,
+            values={k: take(v) for k, v in self.values.items()},
+            metrics={k: take(v) for k, v in self.metrics.items()},
+            result=None if self.result is None else jax.tree.map(take, self.result),
+            seed_keys=seed_keys,
+        )
+
+    def hparams(self, **index: int) -> Hyperparams:
+        """The `Hyperparams` of one run, given its position along every dim except seed.
+
+        With `seed_keys[i]` this reproduces a run outside the sweep:
+        `jax.jit(make_train(r.config))(r.seed_keys[i], r.hparams(lr=1))`.
+        """
+        missing = [d for d in self.dims if d != "seed" and d not in index]
+        if missing:
+            raise TypeError(f"hparams() needs an index for every dim but seed; missing {missing}.")
+        pos = tuple(0 if d == "seed" else int(index[d]) for d in self.dims)
+        base = make_train(self.config).default_hparams()
+        hp_changes, env_changes = {}, {}
+        for name, v in self.values.items():
+            value = jnp.asarray(v[pos])
+            (hp_changes if name in TRACED_FIELDS else env_changes)[name] = value
+        return base.replace(**hp_changes, env_params=base.env_params.replace(**env_changes))
+
+    # ------------------------------------------------------------------------------ tables
+    def to_table(self, metric: str = "episode_return") -> list[dict[str, Any]]:
+        """One row per run (seed, swept values, summaries of `metric`), as a list of dicts.
+
+        Row keys: the dims' coordinates ("seed", grid fields or "trial"), every swept field, then
+        `final_<m>` (last update), `last10_<m>` (mean of the last 10% of updates, at least one)
+        and `best_<m>` (maximum over updates), where <m> is `metric` without "episode_".
+        """
+        curves = self._metric(metric)
+        short = metric.removeprefix("episode_")
+        num_updates = curves.shape[-1]
+        tail = max(1, math.ceil(0.1 * num_updates))
+        rows = []
+        for pos in np.ndindex(self.shape):
+            row: dict[str, Any] = {}
+            for d, i in zip(self.dims, pos, strict=True):
+                row[d] = _py(self.axes[d][i])
+            for name, v in self.values.items():
+                row[name] = _py(v[pos])
+            c = curves[pos]
+            row[f"final_{short}"] = float(c[-1])
+            row[f"last10_{short}"] = float(np.mean(c[-tail:]))
+            row[f"best_{short}"] = float(np.max(c))
+            rows.append(row)
+        return rows
+
+    def to_dataframe(self, metric: str = "episode_return"):
+        """`to_table` as a pandas DataFrame (needs pandas, which fusedrl does not depend on)."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("to_dataframe needs pandas (pip install pandas); to_table() does not.") from e
+        return pd.DataFrame.from_records(self.to_table(metric))
+
+    def to_csv(self, path, metric: str = "episode_return") -> None:
+        """Writes `to_table(metric)` as CSV (standard library only)."""
+        rows = self.to_table(metric)
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def plot(self, by: str | None = None, metric: str = "episode_return", ax=None):
+        """Learning curves of `metric` against env steps, one line per value of `by`.
+
+        Each line is the mean over every run with that value (seeds and the other fields), with a
+        band of one standard deviation. `by` defaults to the first swept field (or "seed").
+        Returns the matplotlib Axes (needs matplotlib, imported here only).
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            raise ImportError("plot needs matplotlib (pip install matplotlib).") from e
+        by = by or (self.fields[0] if self.fields else "seed")
+        if by in self.values:
+            labels = self.values[by]
+        elif by in self.dims:
+            labels = np.broadcast_to(
+                self.axes[by].reshape([-1 if d == by else 1 for d in self.dims]), self.shape
+            )
+        else:
+            raise KeyError(f"cannot plot by {by!r}; choose among {list(self.dims) + list(self.fields)}.")
+        curves = self._metric(metric).reshape(-1, self._metric(metric).shape[-1])
+        steps = np.asarray(self.metrics["env_steps"]).reshape(curves.shape)[0]
+        labels = np.asarray(labels).reshape(-1)
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 4))
+        for value in np.unique(labels):
+            group = curves[labels == value]
+            mean, std = group.mean(0), group.std(0)
+            (line,) = ax.plot(steps, mean, label=f"{by}={_py(value):g}" if by != "seed" else f"seed {value}")
+            if len(group) > 1:
+                ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{self.config.env_id}: {metric} by {by}")
+        ax.legend()
+        return ax
+
+    def _metric(self, metric: str) -> np.ndarray:
+        if metric not in self.metrics:
+            raise KeyError(f"no metric {metric!r}; metrics: {sorted(self.metrics)}.")
+        return np.asarray(self.metrics[metric], np.float64)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{d}={len(self.axes[d])}" for d in self.dims)
+        return f"SweepResult({self.config.env_id}, {self.mode}, {sizes}, {self.num_runs} runs)"
+
+
+def take_1d(coord: np.ndarray, idx) -> np.ndarray:
+    return np.asarray(coord)[np.asarray(idx, dtype=int)]
+
+
+def _matches(values: np.ndarray, want) -> np.ndarray:
+    values = np.asarray(values)
+    if np.issubdtype(values.dtype, np.floating):
+        return np.isclose(values, want, rtol=1e-6, atol=0.0)
+    return values == want
+
+
+def _find(name: str, coord: np.ndarray, want) -> int:
+    hits = np.flatnonzero(_matches(coord, want))
+    if hits.size == 0:
+        raise KeyError(f"{name}={want!r} is not in the sweep; {name} values: {[_py(c) for c in coord]}.")
+    return int(hits[0])
+
+
+def _py(x):
+    """A numpy scalar as a plain Python number (tables and CSV); float32 3e-4 stays 0.0003."""
+    x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.floating):
+        return float(str(x.astype(x.dtype.type)))
+    if np.issubdtype(x.dtype, np.bool_):
+        return bool(x)
+    return int(x)
+
+
+# --------------------------------------------------------------------------------- axis specs
+def _env_fields(config: PPOConfig) -> dict[str, Any]:
+    """The env's params fields and their values for `config` (defaults with overrides)."""
+    from fusedrl.envs import make
+
+    params = make(config.env_id, **config.env_params)[1]
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+
+
+def _check_axes(config: PPOConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
+    """Validates axis names; returns the env params fields (name -> default value)."""
+    env_fields = _env_fields(config)
+    static = [f.name for f in dataclasses.fields(PPOConfig) if f.name not in TRACED_FIELDS]
+    valid = list(TRACED_FIELDS) + [f for f in env_fields if f not in TRACED_FIELDS]
+    for name in axes:
+        if name in TRACED_FIELDS or name in env_fields:
+            continue
+        if name in ("seed", "seeds", "trial"):
+            raise ValueError(
+                f"{name!r} is not a hyperparameter: seeds are set with num_seeds=..., and 'trial' "
+                f"is the dimension of zip/random sweeps."
+            )
+        if name in static:
+            raise ValueError(
+                f"cannot sweep {name!r}: it is a static field of PPOConfig (it sets array shapes or "
+                f"the structure of the program), so runs with different values are different "
+                f"compiled programs and cannot be vmapped together. Run one sweep per value, e.g. "
+                f"`[fusedrl.sweep(config.replace({name}=v), ...) for v in values]`, or separate "
+                f"runs. Sweepable (traced) names for {config.env_id}: {', '.join(valid)}."
+            )
+        close = difflib.get_close_matches(name, valid + static, n=3)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise ValueError(
+            f"unknown sweep axis {name!r}.{hint} Sweepable (traced) names for {config.env_id}: "
+            f"{', '.join(valid)}."
+        )
+    return env_fields
+
+
+def _dtype_of(name: str, env_fields: Mapping[str, Any]):
+    if name in TRACED_FIELDS:
+        return np.float32
+    default = np.asarray(env_fields[name])
+    if np.issubdtype(default.dtype, np.bool_):
+        return np.bool_
+    if np.issubdtype(default.dtype, np.integer):
+        return np.int32
+    return np.float32
+
+
+def _as_values(name: str, values, dtype) -> np.ndarray:
+    if isinstance(values, Uniform | LogUniform | Choice):
+        raise TypeError(f"{name}: {type(values).__name__} is a random-search spec; use mode='random'.")
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        raise ValueError(
+            f"{name}={values!r}: an axis needs a list of values; to fix one value for every run, "
+            f"set it in the config (config.replace({name}=...), or env_params={{...}} for env params)."
+        )
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name}: expected a non-empty 1-D list of values, got shape {arr.shape}.")
+    if np.issubdtype(dtype, np.integer) and not np.all(np.equal(np.mod(arr, 1), 0)):
+        raise ValueError(f"{name} is an integer field; got non-integer values {arr.tolist()}.")
+    return arr.astype(dtype)
+
+
+def _validate_values(config: PPOConfig, name: str, values: np.ndarray) -> None:
+    """Runs PPOConfig's own range checks (lr > 0, gamma in (0, 1], ...) on each traced value."""
+    if name in TRACED_FIELDS:
+        for v in np.unique(values):
+            try:
+                config.replace(**{name: float(v)})
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"sweep axis {name}: {e}") from None
+
+
+def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
+    """`num` random-search draws of field `name` from `spec` (see the module docstring)."""
+    if isinstance(spec, Choice) or (isinstance(spec, list | np.ndarray) and not isinstance(spec, tuple)):
+        choices = np.asarray(spec.values if isinstance(spec, Choice) else spec)
+        if choices.ndim != 1 or choices.size == 0:
+            raise ValueError(f"{name}: a choice needs a non-empty 1-D list, got {spec!r}.")
+        idx = np.asarray(jax.random.randint(key, (num,), 0, choices.size))
+        return choices[idx].astype(dtype)
+    if isinstance(spec, tuple) and len(spec) == 2:
+        spec = (LogUniform if name in LOG_UNIFORM_FIELDS else Uniform)(*spec)
+    if not isinstance(spec, Uniform | LogUniform):
+        raise ValueError(
+            f"{name}={spec!r}: in random mode give (low, high), Uniform(low, high), "
+            f"LogUniform(low, high), or a list of values to choose from."
+        )
+    low, high = float(spec.low), float(spec.high)
+    if not low <= high:
+        raise ValueError(f"{name}: low must be <= high, got ({low}, {high}).")
+    if np.issubdtype(dtype, np.integer):
+        if isinstance(spec, LogUniform):
+            raise ValueError(f"{name} is an integer field: use Uniform(low, high), not LogUniform.")
+        draws = jax.random.randint(key, (num,), int(low), int(high) + 1)
+        return np.asarray(draws).astype(dtype)
+    u = np.asarray(jax.random.uniform(key, (num,), jnp.float32), np.float64)
+    if isinstance(spec, LogUniform):
+        if low <= 0:
+            raise ValueError(f"{name}: LogUniform needs low > 0, got {low}.")
+        return np.exp(np.log(low) + u * (np.log(high) - np.log(low))).astype(dtype)
+    return (low + u * (high - low)).astype(dtype)
+
+
+def _layout(config, num_seeds, mode, num_samples, key, axes, env_fields):
+    """The sweep's dims, coordinates, and each swept field's value for every run (full shape)."""
+    names = list(axes)
+    dtypes = {n: _dtype_of(n, env_fields) for n in names}
+    seeds = np.arange(num_seeds)
+    if mode == "grid":
+        if num_samples is not None:
+            raise ValueError("num_samples is for mode='random'; a grid has every combination.")
+        coords = {n: _as_values(n, axes[n], dtypes[n]) for n in names}
+        dims = ("seed", *names)
+        axes_out = {"seed": seeds, **coords}
+        shape = tuple(len(axes_out[d]) for d in dims)
+        values = {
+            n: np.broadcast_to(coords[n].reshape([-1 if d == n else 1 for d in dims]), shape)
+            for n in names
+        }
+    elif mode == "zip":
+        if num_samples is not None:
+            raise ValueError("num_samples is for mode='random'; zip takes the lists' common length.")
+        coords = {n: _as_values(n, axes[n], dtypes[n]) for n in names}
+        lengths = {n: len(v) for n, v in coords.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"mode='zip' pairs the i-th values of every axis, so all lists need the same length; "
+                f"got lengths {lengths}. Use mode='grid' for every combination."
+            )
+        num_trials = next(iter(lengths.values()), 1)
+        dims, axes_out = ("seed", "trial"), {"seed": seeds, "trial": np.arange(num_trials)}
+        values = {n: np.broadcast_to(coords[n][None], (num_seeds, num_trials)) for n in names}
+    elif mode == "random":
+        if num_samples is None or int(num_samples) < 1:
+            raise ValueError(
+                f"mode='random' needs num_samples >= 1 (the number of trials), got {num_samples}."
+            )
+        num_samples = int(num_samples)
+        k = jax.random.fold_in(key, _RANDOM_SALT)
+        draws = {n: _sample(n, axes[n], dtypes[n], num_samples, jax.random.fold_in(k, i))
+                 for i, n in enumerate(names)}
+        dims, axes_out = ("seed", "trial"), {"seed": seeds, "trial": np.arange(num_samples)}
+        values = {n: np.broadcast_to(draws[n][None], (num_seeds, num_samples)) for n in names}
+    else:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
+    for n in names:
+        _validate_values(config, n, values[n])
+    return dims, axes_out, {n: np.ascontiguousarray(v) for n, v in values.items()}
+
+
+# --------------------------------------------------------------------------------- the sweep
+def sweep(
+    config: PPOConfig,
+    num_seeds: int = 1,
+    *,
+    mode: str = "grid",
+    num_samples: int | None = None,
+    key: jax.Array | None = None,
+    devices: Sequence[jax.Device] | None = None,
+    keep_state: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    callback_every: int = 1,
+    **axes: Any,
+) -> SweepResult:
+    """Trains one agent per (seed, hyperparameter combination) in a single compiled program.
+
+    Args:
+      config: the base `PPOConfig`; every run uses its static fields and unswept values.
+      num_seeds: seeds per combination (a "seed" dimension of that size, always first).
+      mode: "grid" (Cartesian product), "zip" (i-th values together) or "random" (`num_samples`
+        draws per field; see the module docstring for the specs).
+      num_samples: number of random-search trials (mode="random" only).
+      key: base PRNG key (default `jax.random.key(0)`); seed i runs with `split(key, num_seeds)[i]`.
+      devices: devices to split the runs over (default: all of `jax.devices()`, on every host).
+      keep_state: keep every run's final `TrainResult` (parameters, optimiser and env state) in
+        `result`; False keeps only the metrics.
+      callback, callback_every: passed to `make_train` (called per run from inside the program).
+      **axes: field=values, e.g. lr=[1e-4, 3e-4], gravity=[9.8, 12.0]. Traced fields only.
+
+    Returns:
+      A `SweepResult` with metrics [num_seeds, *axis sizes, num_updates].
+    """
+    if not isinstance(config, PPOConfig):
+        raise TypeError(f"sweep takes a PPOConfig, got {type(config).__name__}.")
+    if not isinstance(num_seeds, int | np.integer) or isinstance(num_seeds, bool) or num_seeds < 1:
+        raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}.")
+    num_seeds = int(num_seeds)
+    env_fields = _check_axes(config, axes)
+    key = jax.random.key(0) if key is None else key
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    dims, axes_out, values = _layout(config, num_seeds, mode, num_samples, key, axes, env_fields)
+    shape = tuple(len(axes_out[d]) for d in dims)
+    num_runs = math.prod(shape)
+
+    seed_keys = jax.random.split(key, num_seeds)
+    devices = tuple(jax.devices() if devices is None else devices)
+    num_dev = len(devices)
+    padded = -(-num_runs // num_dev) * num_dev
+    # Run r of the flattened (C-order) grid; padding repeats run 0 and is trimmed afterwards.
+    run_index = np.concatenate([np.arange(num_runs), np.zeros(padded - num_runs, int)])
+    seed_of_run = np.indices(shape)[0].reshape(-1)[run_index]
+    key_impl = jax.random.key_impl(key)
+    run_keys = np.asarray(jax.random.key_data(seed_keys))[seed_of_run]
+    swept = tuple((n, "hp" if n in TRACED_FIELDS else "env") for n in values)
+    batched = {n: values[n].reshape(-1)[run_index] for n in values}
+
+    program, sharding = _program(_static_part(config), swept, devices, str(key_impl), callback,
+                                 callback_every)
+    args_keys = _global_array(run_keys, sharding)
+    args_swept = {n: _global_array(v, sharding) for n, v in batched.items()}
+    # Unswept values are traced arguments shared by every run (numpy: replicated on every host).
+    base = jax.tree.map(np.asarray, make_train(config).default_hparams())
+    out = program(args_keys, args_swept, base)
+    if not keep_state:
+        out = out.replace(state=None)
+    out = _fetch_if_multihost(out)
+
+    def unflatten(x):
+        return x[:num_runs].reshape(shape + x.shape[1:])
+
+    metrics = {k: np.asarray(unflatten(v)) for k, v in out.metrics.items()}
+    result = jax.tree.map(unflatten, out) if keep_state else None
+    return SweepResult(
+        config=config, mode=mode, dims=dims, axes=axes_out, values=values, metrics=metrics,
+        result=result, seed_keys=seed_keys,
+    )
+
+
+def _static_part(config: PPOConfig) -> PPOConfig:
+    """`config` with its traced values reset, so sweeps that differ only there share a program."""
+    defaults = PPOConfig()
+    return config.replace(**{f: getattr(defaults, f) for f in TRACED_FIELDS})
+
+
+@functools.lru_cache(maxsize=16)
+def _program(config, swept, devices, key_impl, callback, callback_every):
+    """The jitted sweep program for a (static config, set of swept fields, devices): compiled
+    once, reused by later sweeps of the same shapes. Returns (program, run-axis sharding or None)."""
+    train = make_train(config, callback=callback, callback_every=callback_every)
+
+    def run(key_data, hp_changes, env_changes, base):
+        hp = base.replace(**hp_changes, env_params=base.env_params.replace(**env_changes))
+        return train(jax.random.wrap_key_data(key_data, impl=key_impl), hp)
+
+    def runs(keys, swept_values, base):
+        hp_changes = {n: swept_values[n] for n, kind in swept if kind == "hp"}
+        env_changes = {n: swept_values[n] for n, kind in swept if kind == "env"}
+        # Only swept leaves carry the run axis; the unswept `base` is shared, not copied per run.
+        return jax.vmap(run, in_axes=(0, 0, 0, None))(keys, hp_changes, env_changes, base)
+
+    if len(devices) == 1:
+        return jax.jit(runs), None
+    mesh = Mesh(np.asarray(devices), (RUN_AXIS,))
+    spec = P(RUN_AXIS)
+    # check_vma=False: the trainer's loops start from unvarying constants (zeros) and carry
+    # run-varying values, which the varying-axis type check would reject; nothing here communicates.
+    sharded = jax.shard_map(runs, mesh=mesh, in_specs=(spec, spec, P()), out_specs=spec, check_vma=False)
+    return jax.jit(sharded), NamedSharding(mesh, spec)
+
+
+def _global_array(x: np.ndarray, sharding):
+    """Host values (identical on every process) as a run-sharded global array."""
+    if sharding is None:
+        return jnp.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def _fetch_if_multihost(out):
+    """On several processes each holds only its devices' runs: gather every run to every host."""
+    if jax.process_count() == 1:
+        return out
+    from jax.experimental import multihost_utils
+
+    def gather(x):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(x)
+            data = multihost_utils.process_allgather(jax.random.key_data(x), tiled=True)
+            return jax.random.wrap_key_data(data, impl=impl)
+        return multihost_utils.process_allgather(x, tiled=True)
+
+    return jax.tree.map(gather, out)
+
+
+# ----------------------------------------------------------------------------- data parallel
+DATA_AXIS = "data"  # axis the shards of one data-parallel agent run along
+
+
+def data_parallel_train(
+    config: PPOConfig,
+    devices: Sequence[jax.Device] | None = None,
+    *,
+    num_shards: int | None = None,
+) -> Callable[..., TrainResult]:
+    """One agent whose environments are split across devices: `train(key, hparams=None)`.
+
+    Each of `num_shards` shards steps `num_envs // num_shards` envs with its own randomness and
+    learns on its part of every minibatch; gradients (and the advantage-normalisation statistics of
+    each minibatch) are averaged over the shards with `lax.pmean`, so the parameters stay equal on
+    every shard. With as many shards as devices it is a `shard_map` over a one-axis `Mesh`; on one
+    device (`devices=[d]`, `num_shards=N`) the same N-shard program runs as a `vmap` with an axis
+    name, which is how the multi-device result is checked. num_updates, minibatch count and the
+    learning-rate schedule are those of `config`; each minibatch is the union of the shards' local
+    minibatches (stratified across shards), so the run is a valid PPO run but not the same random
+    run as `make_train(config)`.
+
+    Returns a jitted function. Its `TrainResult` holds one copy of `params`/`opt_state` (shard 0's;
+    every shard holds the same) and the per-shard env state, observations and key with a leading
+    [num_shards] axis. Metrics are [num_updates] for the whole agent: `env_steps` and
+    `episodes_completed` are totals, episode returns/lengths are averaged over the episodes of all
+    shards, the loss statistics are the means over shards (exactly the global minibatch means,
+    the shards being equal in size); `explained_variance` is the mean of the shards' values.
+    """
+    devices = tuple(jax.devices() if devices is None else devices)
+    num_shards = len(devices) if num_shards is None else int(num_shards)
+    if len(devices) not in (1, num_shards):
+        raise ValueError(
+            f"num_shards={num_shards} needs one device per shard (got {len(devices)} devices), or a "
+            f"single device that runs every shard."
+        )
+    if config.num_envs % num_shards:
+        raise ValueError(
+            f"num_envs={config.num_envs} must be a multiple of the number of shards ({num_shards}): "
+            f"each shard steps num_envs // num_shards envs."
+        )
+    local_envs = config.num_envs // num_shards
+    try:
+        local = config.replace(
+            num_envs=local_envs, total_timesteps=config.num_updates * local_envs * config.num_steps
+        )
+    except ValueError as e:
+        raise ValueError(f"per-shard config of a {num_shards}-way data-parallel run: {e}") from None
+    train = make_train(local, axis_name=DATA_AXIS)
+
+    def shard(key, hparams):
+        return train(key, hparams)
+
+    if len(devices) > 1:
+        mesh = Mesh(np.asarray(devices), (DATA_AXIS,))
+
+        def all_shards(key, hparams):
+            impl = jax.random.key_impl(key)
+
+            def one_shard(key_data, hparams):
+                out = shard(jax.random.wrap_key_data(key_data, impl=impl), hparams)
+                return jax.tree.map(lambda x: x[None], out)
+
+            mapped = jax.shard_map(one_shard, mesh=mesh, in_specs=(P(), P()), out_specs=P(DATA_AXIS),
+                                   check_vma=False)  # as in `_program`; pmean is explicit
+            return mapped(jax.random.key_data(key), hparams)
+    else:
+        def all_shards(key, hparams):
+            return jax.vmap(shard, in_axes=None, axis_size=num_shards, axis_name=DATA_AXIS)(key, hparams)
+
+    @jax.jit
+    def run(key, hparams=None):
+        hparams = train.default_hparams() if hparams is None else hparams
+        out = all_shards(key, hparams)
+        first = jax.tree.map(lambda x: x[0], out)
+        state = out.state.replace(
+            params=first.state.params, opt_state=first.state.opt_state, update=first.state.update,
+            last_return=first.state.last_return, last_length=first.state.last_length,
+        )
+        return TrainResult(state=state, metrics=_combine(out.metrics), hparams=hparams)
+
+    return run
+
+
+def _combine(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Per-shard metrics [S, num_updates] -> the agent's metrics [num_updates]."""
+    n = m["episodes_completed"]
+    total = n.sum(0)
+    weights = jnp.where(total > 0, n / jnp.maximum(total, 1), 1.0 / n.shape[0])
+    out = {k: v.mean(0).astype(v.dtype) for k, v in m.items()}
+    out["episodes_completed"] = total
+    out["env_steps"] = m["env_steps"].sum(0)
+    for k in ("episode_return", "episode_length"):
+        out[k] = (m[k] * weights).sum(0)
+    out["learning_rate"] = m["learning_rate"][0]
+    return out
