@@ -1,0 +1,397 @@
+"""`fusedrl sweep`: many agents in one program from the command line; writes a tidy table and plots.
+
+    fusedrl sweep --env CartPole-v1 --num-seeds 8 --grid lr=1e-4,3e-4,1e-3 --grid gamma=0.98,0.99
+    fusedrl sweep --env CartPole-v1 --zip lr=1e-4,1e-3 --zip ent_coef=0.0,0.01
+    fusedrl sweep --env CartPole-v1 --random lr=1e-5:1e-3 --random clip_eps=0.1:0.3 --num-samples 16
+    fusedrl sweep --env CartPole-v1 --grid gravity=9.8,12,15 --set total_timesteps=100000
+
+Axes: --grid (every combination), --zip (i-th values together) or --random (--num-samples draws:
+LOW:HIGH is uniform, log-uniform for lr; log:LOW:HIGH / uniform:LOW:HIGH choose; A,B,C picks
+among values); one kind per sweep. Axes are traced fields only (lr, gamma, gae_lambda, clip_eps,
+ent_coef, vf_coef, max_grad_norm, and the env's params such as gravity). --set FIELD=VALUE fixes
+any PPOConfig field for every run (env params as env_params.NAME=VALUE or NAME=VALUE).
+
+The run folder gets table.csv (one row per run), summary.csv (mean over seeds per combination),
+curves.npz (every metric [seed, ..., update] with its axes), sweep.json and one PNG of learning
+curves per swept field.
+
+Hook into fusedrl's main parser with `add_sweep_parser(subparsers)`; the parsed args carry
+`func=run_sweep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+import typing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EPILOG = __doc__.split("\n\n", 1)[1].rsplit("\n\nHook into", 1)[0]
+
+
+class SweepCLIError(Exception):
+    """A bad command line: printed as one line, exit code 2."""
+
+
+def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds the `sweep` subcommand to an argparse subparsers object; returns its parser."""
+    p = subparsers.add_parser(
+        "sweep", help="train many agents at once over seeds and hyperparameters (table + plots)",
+        description="Sweep seeds and traced hyperparameters in one compiled program.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--env", metavar="ID", required=True, help="environment id; uses its preset if any")
+    p.add_argument("--num-seeds", type=int, default=1, metavar="N", help="seeds per combination (default 1)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="base random seed (default 0)")
+    p.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
+                   help="grid axis (repeatable): every combination of the values")
+    p.add_argument("--zip", action="append", default=[], metavar="FIELD=V1,V2,...",
+                   help="zipped axis (repeatable): the i-th values of every --zip form trial i")
+    p.add_argument("--random", action="append", default=[], metavar="FIELD=SPEC",
+                   help="random-search axis (repeatable): LOW:HIGH, log:LOW:HIGH, uniform:LOW:HIGH or A,B,C")
+    p.add_argument("--num-samples", type=int, metavar="N", help="random-search trials (with --random)")
+    p.add_argument("--total-timesteps", type=int, metavar="T", help="env steps per run")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
+                   help="fix a PPOConfig field or env param for every run (repeatable)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="run folder (default runs/sweep-<env id>[-N])")
+    p.add_argument("--overwrite", action="store_true", help="write into an existing run folder")
+    p.add_argument("--progress-every", type=int, metavar="K",
+                   help="updates between progress callbacks; 0 = no progress (default: ~20 per run)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG learning curves")
+    p.set_defaults(func=run_sweep)
+    return p
+
+
+# ------------------------------------------------------------------------------------ parsing
+def _split_axis(flag: str, item: str) -> tuple[str, str]:
+    if "=" not in item:
+        raise SweepCLIError(f"{flag} expects FIELD=VALUES, got {item!r}.")
+    name, text = (s.strip() for s in item.split("=", 1))
+    if not name or not text:
+        raise SweepCLIError(f"{flag} expects FIELD=VALUES, got {item!r}.")
+    return name, text
+
+
+def _number(flag: str, name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise SweepCLIError(f"{flag} {name}=...: {text!r} is not a number.") from None
+
+
+def parse_list(flag: str, item: str) -> tuple[str, list[float]]:
+    """"lr=1e-4,3e-4" -> ("lr", [1e-4, 3e-4])."""
+    name, text = _split_axis(flag, item)
+    return name, [_number(flag, name, t) for t in text.split(",") if t.strip()]
+
+
+def parse_random(item: str):
+    """"lr=1e-5:1e-3" -> ("lr", (1e-5, 1e-3)); log:/uniform: prefixes; "A,B" -> a choice list."""
+    from fusedrl.sweep import LogUniform, Uniform
+
+    name, text = _split_axis("--random", item)
+    if ":" not in text:
+        return name, [_number("--random", name, t) for t in text.split(",") if t.strip()]
+    parts = text.split(":")
+    kind = None
+    if parts[0] in ("log", "uniform"):
+        kind, parts = parts[0], parts[1:]
+    if len(parts) != 2:
+        raise SweepCLIError(f"--random {item}: expected LOW:HIGH, log:LOW:HIGH, uniform:LOW:HIGH or A,B,C.")
+    low, high = (_number("--random", name, t) for t in parts)
+    if kind == "log":
+        return name, LogUniform(low, high)
+    if kind == "uniform":
+        return name, Uniform(low, high)
+    return name, (low, high)
+
+
+def _config_types() -> dict[str, Any]:
+    from fusedrl.train import PPOConfig
+
+    hints = typing.get_type_hints(PPOConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(PPOConfig)}
+
+
+def _parse_setting(name: str, text: str, env_fields) -> Any:
+    types = _config_types()
+    kind = types.get(name)
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return text.lower() in ("true", "1", "yes")
+        if kind is int:
+            value = float(text)
+            if not value.is_integer():
+                raise ValueError
+            return int(value)
+        if kind is float:
+            return float(text)
+        if typing.get_origin(kind) is tuple:
+            return tuple(int(t) for t in text.strip("()[] ").split(",") if t.strip())
+        if kind is str:
+            return text
+        return json.loads(text)
+    except ValueError:
+        raise SweepCLIError(f"--set {name}={text}: cannot parse {text!r} for {name}.") from None
+
+
+def build_config(args):
+    """The base PPOConfig of the sweep: the env's preset (if any) with --set/--total-timesteps."""
+    from fusedrl.envs import make
+    from fusedrl.train import PPOConfig, has_preset, preset
+
+    try:
+        env_params = make(args.env)[1]
+    except (ValueError, TypeError) as e:
+        raise SweepCLIError(str(e)) from None
+    env_fields = {f.name for f in dataclasses.fields(env_params)}
+    types = _config_types()
+    fields: dict[str, Any] = {}
+    env_overrides: dict[str, Any] = {}
+    for item in args.overrides:
+        if "=" not in item:
+            raise SweepCLIError(f"--set expects FIELD=VALUE, got {item!r}.")
+        name, text = (s.strip() for s in item.split("=", 1))
+        bare = name.removeprefix("env_params.")
+        if name.startswith("env_params.") or (name not in types and bare in env_fields):
+            try:
+                env_overrides[bare] = json.loads(text)
+            except json.JSONDecodeError:
+                env_overrides[bare] = text
+        elif name in types and name not in ("env_id", "env_params"):
+            fields[name] = _parse_setting(name, text, env_fields)
+        else:
+            valid = [t for t in types if t not in ("env_id", "env_params")] + sorted(env_fields)
+            raise SweepCLIError(f"--set {name}=...: unknown field {name!r}; valid: {', '.join(valid)}.")
+    if args.total_timesteps is not None:
+        fields["total_timesteps"] = args.total_timesteps
+    if env_overrides:
+        fields["env_params"] = env_overrides
+    try:
+        if has_preset(args.env):
+            return preset(args.env, **fields)
+        return PPOConfig(env_id=args.env, **fields)
+    except (TypeError, ValueError) as e:
+        raise SweepCLIError(f"invalid configuration: {e}") from None
+
+
+def parse_axes(args) -> tuple[str, dict[str, Any]]:
+    """(mode, axes) from --grid/--zip/--random; one kind per sweep."""
+    kinds = [k for k in ("grid", "zip", "random") if getattr(args, k)]
+    if len(kinds) > 1:
+        raise SweepCLIError(f"use one kind of axis per sweep; got {' and '.join('--' + k for k in kinds)}.")
+    mode = kinds[0] if kinds else "grid"
+    if mode == "random":
+        pairs = [parse_random(item) for item in args.random]
+        if args.num_samples is None:
+            raise SweepCLIError("--random needs --num-samples N (the number of trials).")
+    else:
+        if args.num_samples is not None:
+            raise SweepCLIError("--num-samples goes with --random.")
+        pairs = [parse_list(f"--{mode}", item) for item in getattr(args, mode)]
+    axes: dict[str, Any] = {}
+    for name, values in pairs:
+        if name in axes:
+            raise SweepCLIError(f"axis {name!r} is given twice.")
+        axes[name] = values
+    return mode, axes
+
+
+def default_out(env_id: str, root: Path = Path("runs")) -> Path:
+    """runs/sweep-<env id>, or runs/sweep-<env id>-2, -3, ... when taken."""
+    name = "sweep-" + env_id.replace(":", "_").replace("/", "_")
+    out, n = root / name, 1
+    while out.exists():
+        n += 1
+        out = root / f"{name}-{n}"
+    return out
+
+
+# ------------------------------------------------------------------------------------ progress
+class _Progress:
+    """Plain progress lines on stderr, about every 10% of the run.
+
+    Under vmap the trainer's callback is called once per run per callback update, in no fixed
+    order; the furthest env-step count seen is the sweep's progress.
+    """
+
+    def __init__(self, total_steps: int, num_runs: int, file=sys.stderr):
+        self.total, self.num_runs, self.file = total_steps, num_runs, file
+        self.seen, self.next_mark, self.start = 0, 0.1, time.perf_counter()
+
+    def restart(self) -> None:
+        self.start = time.perf_counter()
+
+    def __call__(self, metrics) -> None:
+        steps = int(np.max(np.asarray(metrics["env_steps"])))
+        if steps <= self.seen:
+            return
+        self.seen = steps
+        frac = steps / self.total
+        if frac + 1e-9 >= self.next_mark:
+            elapsed = max(time.perf_counter() - self.start, 1e-9)
+            sps = steps * self.num_runs / elapsed
+            print(f"  {100 * frac:5.1f}%  {steps:,} env steps per run  ~{sps:,.0f} steps/s total",
+                  file=self.file, flush=True)
+            self.next_mark = math.floor(frac * 10 + 1e-9) / 10 + 0.1
+
+
+# ---------------------------------------------------------------------------------------- run
+def run_sweep(args) -> int:
+    """Runs the sweep the parsed `args` describe; writes the run folder; returns an exit code."""
+    try:
+        return _run(args)
+    except SweepCLIError as e:
+        print(f"fusedrl sweep: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    import jax
+
+    from fusedrl.sweep import sweep
+
+    if args.num_seeds < 1:
+        raise SweepCLIError(f"--num-seeds must be >= 1, got {args.num_seeds}.")
+    config = build_config(args)
+    mode, axes = parse_axes(args)
+    out = args.out or default_out(config.env_id)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise SweepCLIError(f"{out} exists and is not empty; pass --overwrite or another --out.")
+    every = args.progress_every
+    if every is None:
+        every = max(1, config.num_updates // 20)
+    if every < 0:
+        raise SweepCLIError(f"--progress-every must be >= 0, got {every}.")
+
+    progress = None
+    if every:
+        runs = args.num_seeds * (args.num_samples or 1)
+        if mode != "random":
+            runs = args.num_seeds * (
+                math.prod(len(v) for v in axes.values()) if mode == "grid"
+                else (len(next(iter(axes.values()))) if axes else 1)
+            )
+        progress = _Progress(config.env_steps, runs)
+    print(f"sweep {config.env_id}: mode={mode}, {args.num_seeds} seed(s), axes "
+          f"{', '.join(axes) or '(none)'}; compiling...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    try:
+        result = sweep(
+            config, args.num_seeds, mode=mode, num_samples=args.num_samples,
+            key=jax.random.key(args.seed), keep_state=False,
+            callback=progress, callback_every=max(every, 1), **axes,
+        )
+    except (TypeError, ValueError) as e:
+        raise SweepCLIError(str(e)) from None
+    seconds = time.perf_counter() - start
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_outputs(result, out, plots=not args.no_plots, seed=args.seed, seconds=seconds)
+    print(format_summary(result), flush=True)
+    print(f"{result.num_runs} runs x {config.env_steps:,} env steps in {seconds:.1f} s "
+          f"(compile included); results in {out}", flush=True)
+    return 0
+
+
+def summary_rows(result, metric: str = "episode_return") -> list[dict[str, Any]]:
+    """Mean (and std) over seeds of the per-run summaries, one row per combination, best first."""
+    rows = result.to_table(metric)
+    short = metric.removeprefix("episode_")
+    key_names = [d for d in result.dims if d != "seed"] + [f for f in result.fields if f not in result.dims]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in key_names), []).append(row)
+    out = []
+    for key, members in groups.items():
+        entry = dict(zip(key_names, key, strict=True))
+        entry["seeds"] = len(members)
+        for stat in ("final", "last10", "best"):
+            vals = np.array([m[f"{stat}_{short}"] for m in members])
+            entry[f"{stat}_{short}_mean"] = float(vals.mean())
+            entry[f"{stat}_{short}_std"] = float(vals.std())
+        out.append(entry)
+    out.sort(key=lambda e: -e[f"last10_{short}_mean"])
+    return out
+
+
+def format_summary(result, metric: str = "episode_return", limit: int = 10) -> str:
+    rows = summary_rows(result, metric)
+    short = metric.removeprefix("episode_")
+    names = [k for k in rows[0] if not k.startswith(("final_", "last10_", "best_", "seeds"))]
+    header = names + [f"last10 {short} (mean ± std over seeds)", f"best {short}"]
+    lines = []
+    for r in rows[:limit]:
+        cells = [f"{r[n]:g}" if isinstance(r[n], float) else str(r[n]) for n in names]
+        cells += [f"{r[f'last10_{short}_mean']:.1f} ± {r[f'last10_{short}_std']:.1f}",
+                  f"{r[f'best_{short}_mean']:.1f}"]
+        lines.append(cells)
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(header)]
+    text = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    text += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in lines]
+    if len(rows) > limit:
+        text.append(f"... {len(rows) - limit} more combinations in summary.csv")
+    return "\n".join(text)
+
+
+def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, seconds: float = 0.0) -> None:
+    """table.csv, summary.csv, curves.npz, sweep.json and (if matplotlib) curves_by_<field>.png."""
+    import csv
+
+    result.to_csv(out / "table.csv")
+    rows = summary_rows(result)
+    with open(out / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    arrays = {f"metric/{k}": v for k, v in result.metrics.items()}
+    arrays.update({f"axis/{k}": np.asarray(v) for k, v in result.axes.items()})
+    arrays.update({f"value/{k}": np.asarray(v) for k, v in result.values.items()})
+    np.savez_compressed(out / "curves.npz", **arrays)
+    doc = {
+        "config": result.config.to_dict(),
+        "mode": result.mode,
+        "dims": list(result.dims),
+        "axes": {k: np.asarray(v).tolist() for k, v in result.axes.items()},
+        "seed": seed,
+        "num_runs": result.num_runs,
+        "seconds": seconds,
+    }
+    (out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if not plots:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots written (pip install matplotlib).", file=sys.stderr)
+        return
+    for by in result.fields or ("seed",):
+        ax = result.plot(by=by)
+        ax.figure.tight_layout()
+        ax.figure.savefig(out / f"curves_by_{by}.png", dpi=120)
+        plt.close(ax.figure)
+
+
+def main(argv=None) -> int:
+    """Standalone entry (`python -m fusedrl.sweep_cli ...`) until `fusedrl sweep` is hooked up."""
+    parser = argparse.ArgumentParser(prog="fusedrl")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_sweep_parser(sub)
+    args = parser.parse_args(["sweep", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
