@@ -226,22 +226,22 @@ class _Progress:
 
     def __init__(self, total_steps: int, num_runs: int, file=sys.stderr):
         self.total, self.num_runs, self.file = total_steps, num_runs, file
-        self.seen, self.next_mark, self.start = 0, 0.1, time.perf_counter()
-
-    def restart(self) -> None:
-        self.start = time.perf_counter()
+        self.seen, self.next_mark = 0, 0.1
+        self.first: tuple[int, float] | None = None  # (steps, time) of the first report
 
     def __call__(self, metrics) -> None:
         steps = int(np.max(np.asarray(metrics["env_steps"])))
         if steps <= self.seen:
             return
         self.seen = steps
+        now = time.perf_counter()
+        if self.first is None:  # the clock starts at the first report: compile time excluded
+            self.first = (steps, now)
         frac = steps / self.total
         if frac + 1e-9 >= self.next_mark:
-            elapsed = max(time.perf_counter() - self.start, 1e-9)
-            sps = steps * self.num_runs / elapsed
-            print(f"  {100 * frac:5.1f}%  {steps:,} env steps per run  ~{sps:,.0f} steps/s total",
-                  file=self.file, flush=True)
+            done, elapsed = steps - self.first[0], now - self.first[1]
+            rate = f"  ~{done * self.num_runs / elapsed:,.0f} steps/s total" if elapsed > 0 else ""
+            print(f"  {100 * frac:5.1f}%  {steps:,} env steps per run{rate}", file=self.file, flush=True)
             self.next_mark = math.floor(frac * 10 + 1e-9) / 10 + 0.1
 
 
