@@ -375,7 +375,8 @@ class PPO:
 
 def _linear_anneal(count, lr, steps_per_update, num_updates):
     """PureJaxRL's schedule: lr * (1 - update / num_updates), constant within an update."""
-    frac = 1.0 - (count // steps_per_update) / num_updates
+    # Clamped: a run resumed past the configured budget keeps lr at 0 instead of going negative.
+    frac = jnp.maximum(1.0 - (count // steps_per_update) / num_updates, 0.0)
     return lr * frac
 
 
