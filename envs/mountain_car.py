@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
+
 from fusedrl.envs.base import Box, Discrete, Environment, EnvParams, EnvState
 
 

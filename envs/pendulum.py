@@ -7,6 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import struct
+
 from fusedrl.envs.base import Box, Environment, EnvParams, EnvState
 
 
