@@ -78,6 +78,7 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
     arrays, keys, specs = _flatten(jax.device_get(tree))
     meta = {
         "format": FORMAT,
+        "fusedrl_version": _version(),
         "config": config.to_dict(),
         "num_seeds": num_seeds,
         "leaves": {k: {"shape": list(s), "dtype": d} for k, (s, d) in specs.items()},
@@ -106,6 +107,12 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def _version() -> str:
+    import fusedrl
+
+    return fusedrl.__version__
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -180,8 +187,10 @@ def restore(path: str | os.PathLike, config: PPOConfig | None = None):
     unexpected = [n for n in saved_leaves if n not in set(names)]
     if missing or unexpected:
         raise CheckpointError(
-            f"{path} has a different state structure than {saved_config.env_id!r} with "
-            f"hidden_sizes={saved_config.hidden_sizes}: missing {missing[:5]}, unexpected {unexpected[:5]}."
+            f"{path} does not fit the state of {saved_config.env_id!r} with hidden_sizes="
+            f"{saved_config.hidden_sizes} in this fusedrl ({_version()}; the checkpoint was written by "
+            f"{meta.get('fusedrl_version', 'an unknown version')}): fields missing from the checkpoint "
+            f"{missing[:5]}, fields the code does not know {unexpected[:5]}."
         )
     import orbax.checkpoint as ocp
 

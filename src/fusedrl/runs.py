@@ -316,27 +316,41 @@ def train_run(
         sps=round(env_steps / run_s, 1),
         progress_every=every,
     )
-    returns = np.asarray(evaluator(config, options.eval_episodes)(result, jax.random.key(options.seed + 1)))
-    per_seed = returns.mean(axis=1)
-    last_train = np.asarray(result.metrics["episode_return"])[:, -1]
-    summary.update(
-        eval_episodes=options.eval_episodes,
-        eval_return_per_seed=[round(float(x), 3) for x in per_seed],
-        eval_return_mean=round(float(per_seed.mean()), 3),
-        eval_return_std=round(float(per_seed.std()), 3),
-        final_train_return_per_seed=[round(float(x), 3) for x in last_train],
-        status="finished",
-    )
-    if path is not None:
-        rows = metrics_to_rows(jax.device_get(result.metrics))
-        write_atomic(path / METRICS_FILE, format_rows(rows, header=True))
-        ckpt.save(path / CHECKPOINT_DIR, config, result.state, result.hparams, num_seeds=options.num_seeds,
-                  extra={"seed": options.seed})
-        from fusedrl.plotting import plot_learning_curve
+    try:
+        # The most valuable results first: a Ctrl-C from here on still leaves the metrics and the
+        # checkpoint of the finished training.
+        if path is not None:
+            summary["status"] = "saving"
+            rows = metrics_to_rows(jax.device_get(result.metrics))
+            write_atomic(path / METRICS_FILE, format_rows(rows, header=True))
+            ckpt.save(path / CHECKPOINT_DIR, config, result.state, result.hparams,
+                      num_seeds=options.num_seeds, extra={"seed": options.seed})
+        summary["status"] = "evaluating"
+        t = time.perf_counter()
+        evaluate_fn = evaluator(config, options.eval_episodes)
+        returns = np.asarray(evaluate_fn(result, jax.random.key(options.seed + 1)))
+        per_seed = returns.mean(axis=1)
+        last_train = np.asarray(result.metrics["episode_return"])[:, -1]
+        summary.update(
+            eval_episodes=options.eval_episodes,
+            eval_return_per_seed=[round(float(x), 3) for x in per_seed],
+            eval_return_mean=round(float(per_seed.mean()), 3),
+            eval_return_std=round(float(per_seed.std()), 3),
+            eval_seconds=round(time.perf_counter() - t, 3),
+            final_train_return_per_seed=[round(float(x), 3) for x in last_train],
+        )
+        if path is not None:
+            from fusedrl.plotting import plot_learning_curve
 
-        title = f"{config.env_id}, {options.num_seeds} seed(s)"
-        plot_learning_curve(result.metrics, path / CURVE_FILE, title=title)
-        write_json(path / SUMMARY_FILE, summary)
+            title = f"{config.env_id}, {options.num_seeds} seed(s)"
+            plot_learning_curve(result.metrics, path / CURVE_FILE, title=title)
+        summary["status"] = "finished"
+    except KeyboardInterrupt:
+        summary.update(status=f"interrupted while {summary['status']}", updates_logged=config.num_updates)
+        raise
+    finally:
+        if path is not None:
+            write_json(path / SUMMARY_FILE, summary)
     return Run(config, options, result, summary, path)
 
 
