@@ -49,6 +49,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
         normalize_reward=True,
     ),
+    # gymnax-blines-style MinAtar PPO (64 envs x 128 steps, lr 5e-4, ent 0.01) with a small MLP and a
+    # budget cut to 2e6 steps to fit this shared 2-core CPU (gymnax-blines trains ~10x longer, CNN).
+    # Measured: greedy 6.3 ± 0.3 over 4 seeds (min 6.0), 2e6 steps; reference 28: FALLS SHORT.
+    "gymnax:Breakout-MinAtar": dict(
+        num_envs=64, num_steps=128, total_timesteps=2_000_000, update_epochs=4, num_minibatches=8,
+        lr=5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="relu",
+    ),
 }
 
 
