@@ -6,10 +6,13 @@
     train = fusedrl.make_train(config)
     result = jax.jit(train)(jax.random.key(0))
     returns = fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=64)
+    swept = fusedrl.sweep(config, num_seeds=4, lr=[1e-4, 3e-4, 1e-3])   # one compile
 """
 
 from fusedrl.envs import make, register, registered_ids
 from fusedrl.evaluation import evaluate
+from fusedrl.policy import Policy, load
+from fusedrl.sweep import SweepResult, data_parallel_train, sweep
 from fusedrl.train import (
     PRESETS,
     TRACED_FIELDS,
@@ -28,13 +31,18 @@ __all__ = [
     "TRACED_FIELDS",
     "Hyperparams",
     "PPOConfig",
+    "Policy",
     "RunnerState",
+    "SweepResult",
     "TrainResult",
     "__version__",
+    "data_parallel_train",
     "evaluate",
+    "load",
     "make",
     "make_train",
     "preset",
     "register",
     "registered_ids",
+    "sweep",
 ]
