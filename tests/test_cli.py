@@ -276,3 +276,28 @@ def test_missing_optional_logger_is_a_clear_cli_error(monkeypatch, tmp_path):
     code, _, err = run_cli("train", "--env", "CartPole-v1", "--wandb-project", "p", "--out", tmp_path / "r")
     assert code == 2 and "pip install wandb" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_tensorboard_run_writes_per_seed_scalars(trained, monkeypatch, tmp_path):
+    written = []
+
+    class Writer:
+        def __init__(self, logdir):
+            os.makedirs(logdir)  # like tensorboardX: the directory appears at construction
+
+        def add_scalar(self, tag, value, step):
+            written.append((tag, step))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", types.SimpleNamespace(SummaryWriter=Writer))
+    run_dir = tmp_path / "tb"
+    code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir,
+                           "--tensorboard")
+    assert code == 0, err
+    assert (run_dir / "tensorboard").is_dir() and (run_dir / "checkpoint").is_dir()
+    assert ("seed_0/episode_return", 128) in written and ("seed_1/episode_return", 384) in written

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-episodes", type=int, metavar="N",
                    help="greedy evaluation episodes per seed after training (default 64)")
     t.add_argument("--progress-every", type=int, metavar="K",
-                   help="updates between progress/log callbacks; 0 = none (default: about 100 per run)")
+                   help="updates between progress/log callbacks; 0 = none (default: about 50 per run)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar (metrics are still logged)")
     t.add_argument("--tensorboard", action="store_true",
                    help="also log to TensorBoard in <run folder>/tensorboard (needs tensorboardX)")
@@ -230,13 +230,18 @@ def cmd_train(args) -> int:
 
     config, options = resolve(args)
     out = args.out if args.out is not None else default_out(config.env_id)
-    loggers = []
+    loggers: list[Any] = []
+    # Check the optional backends now (a missing package is a usage error, before any work), but
+    # build them once the run folder exists: TensorBoard writes into it.
     try:
         if args.tensorboard:
-            loggers.append(TensorBoardLogger(Path(out) / "tensorboard"))
+            TensorBoardLogger.check_installed()
+            loggers.append(lambda path: TensorBoardLogger(Path(path) / "tensorboard"))
         if args.wandb_project:
-            loggers.append(WandbLogger(args.wandb_project, name=Path(out).name, num_seeds=options.num_seeds,
-                                       config=config_document(config, options)))
+            WandbLogger.check_installed()
+            loggers.append(lambda path: WandbLogger(args.wandb_project, name=Path(path).name,
+                                                    num_seeds=options.num_seeds,
+                                                    config=config_document(config, options)))
     except ImportError as e:
         raise CLIError(str(e)) from None
     preset_note = "preset" if has_preset(config.env_id) else "PPOConfig defaults (no preset)"

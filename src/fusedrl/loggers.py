@@ -85,14 +85,18 @@ class TensorBoardLogger:
     """
 
     def __init__(self, logdir: str | Path):
+        self.writer = self.check_installed().SummaryWriter(str(logdir))
+
+    @staticmethod
+    def check_installed():
+        """The module providing SummaryWriter; ImportError naming the package if there is none."""
         try:
-            module = importlib.import_module("tensorboardX")
+            return importlib.import_module("tensorboardX")
         except ImportError:
             try:
-                module = importlib.import_module("torch.utils.tensorboard")
+                return importlib.import_module("torch.utils.tensorboard")
             except ImportError:
-                module = _require("tensorboardX", "tensorboardX", "TensorBoard")
-        self.writer = module.SummaryWriter(str(logdir))
+                return _require("tensorboardX", "tensorboardX", "TensorBoard")
 
     def log(self, update, rows):
         for row in rows:
@@ -110,12 +114,16 @@ class WandbLogger:
     """Logs to Weights & Biases: one run per seed in a group, so curves are per seed."""
 
     def __init__(self, project: str, *, name: str, num_seeds: int, config: Mapping | None = None):
-        wandb = _require("wandb", "wandb", "Weights & Biases")
+        wandb = self.check_installed()
         self.runs = [
             wandb.init(project=project, group=name, name=f"{name}-seed{s}", config=dict(config or {}),
                        reinit="create_new")
             for s in range(num_seeds)
         ]
+
+    @staticmethod
+    def check_installed():
+        return _require("wandb", "wandb", "Weights & Biases")
 
     def log(self, update, rows):
         for row in rows:

@@ -185,35 +185,38 @@ class ProgressBar:
         if self.console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+            # Fits an 80-column terminal: bar, updates done/total, steps, SPS, return, elapsed.
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
+                BarColumn(bar_width=20),
                 MofNCompleteColumn(),
-                TextColumn("updates  {task.fields[info]}"),
+                TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(),
                 console=self.console,
                 transient=False,
             )
-            self._task = self._progress.add_task(description, total=num_updates, info="compiled, running")
+            self._task = self._progress.add_task(description, total=num_updates, info="compiling")
             self._progress.start()
 
     def restart_clock(self) -> None:
+        """Starts timing now (after compiling), for SPS and the elapsed-time column."""
         self.start = time.perf_counter()
+        if self._progress is not None:
+            self._progress.reset(self._task, total=self.num_updates, info="running")
 
     def info(self, update: int, rows: Sequence[dict[str, float]]) -> str:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         steps = update * self.batch_size
         sps = steps * self.num_seeds / elapsed
         ret = float(np.mean([r["episode_return"] for r in rows]))
-        seeds = f" x {self.num_seeds} seeds" if self.num_seeds > 1 else ""
-        return f"env steps {_si(steps)}{seeds}  SPS {_si(sps)}  return {ret:.1f}"
+        seeds = f" x{self.num_seeds}" if self.num_seeds > 1 else ""
+        return f"{_si(steps)} steps{seeds}  {_si(sps)} SPS  return {ret:.1f}"
 
     def log(self, update: int, rows: Sequence[dict[str, float]]) -> None:
         text = self.info(update, rows)
         if self._progress is not None:
             self._progress.update(self._task, completed=update, info=text)
         elif update >= self._next_plain * self.num_updates or update == self.num_updates:
-            self.console.print(f"update {update}/{self.num_updates}  {text}", highlight=False)
+            self.console.print(f"update {update}/{self.num_updates}  {text}", highlight=False, soft_wrap=True)
             self._next_plain = (update / self.num_updates) + 0.1
 
     def close(self) -> None:

@@ -18,11 +18,12 @@ import jax
 
 from fusedrl.loggers import CSVLogger
 from fusedrl.progress import Monitor, ProgressBar, dispatch, interrupt_guard
-from fusedrl.runs import _compiled
+from fusedrl.runs import RunOptions, _compiled
 from fusedrl.train.presets import preset
 
 
-def measure(env_id: str, every: list[int], repeats: int, num_seeds: int) -> dict[int, list[float]]:
+def measure(env_id: str, every: list[int], repeats: int, num_seeds: int):
+    """Wall and CPU (all threads of this process) seconds per run: ({k: [wall]}, {k: [cpu]})."""
     config = preset(env_id)
     keys = jax.random.split(jax.random.key(0), num_seeds)
     programs = {}
@@ -31,19 +32,22 @@ def measure(env_id: str, every: list[int], repeats: int, num_seeds: int) -> dict
         programs[k] = (compiled, train.default_hparams())
         print(f"compiled callback_every={k} in {seconds:.1f} s", flush=True)
     times: dict[int, list[float]] = {k: [] for k in programs}
+    cpu: dict[int, list[float]] = {k: [] for k in programs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for k, (compiled, hparams) in programs.items():
                 csv_logger = CSVLogger(Path(tmp) / f"m{k}_{r}.csv")
                 bar = ProgressBar(config.num_updates, config.batch_size, num_seeds, file=io.StringIO())
                 monitor = Monitor(num_seeds, config.batch_size, [csv_logger, bar])
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 with dispatch.active(monitor), interrupt_guard(monitor):
                     jax.block_until_ready(compiled(keys, hparams))
                 times[k].append(time.perf_counter() - t)
+                cpu[k].append(time.process_time() - c)
                 csv_logger.close()
-                print(f"repeat {r}: callback_every={k}: {times[k][-1]:.2f} s", flush=True)
-    return times
+                print(f"repeat {r}: callback_every={k}: wall {times[k][-1]:.2f} s, cpu {cpu[k][-1]:.2f} s",
+                      flush=True)
+    return times, cpu
 
 
 def main(argv=None) -> None:
@@ -56,15 +60,17 @@ def main(argv=None) -> None:
     p.add_argument("--num-seeds", type=int, default=1)
     args = p.parse_args(argv)
     config = preset(args.env)
-    every = args.every or sorted({max(1, config.num_updates // 100), 1}, reverse=True)
-    times = measure(args.env, every, args.repeats, args.num_seeds)
-    off = statistics.median(times[0])
+    every = args.every or sorted({RunOptions().callback_every(config), 1}, reverse=True)
+    times, cpu = measure(args.env, every, args.repeats, args.num_seeds)
     print(f"\n{args.env} preset, {config.num_updates} updates, {args.num_seeds} seed(s), "
           f"{args.repeats} alternating repeats (median):")
-    print(f"  callback off        {off:7.2f} s")
-    for k in every:
-        on = statistics.median(times[k])
-        print(f"  callback every {k:<4} {on:7.2f} s   ratio {on / off:.3f} ({(on / off - 1) * 100:+.1f}%)")
+    for label, t in (("wall", times), ("cpu ", cpu)):
+        off = statistics.median(t[0])
+        print(f"  {label} callback off        {off:7.2f} s")
+        for k in every:
+            on = statistics.median(t[k])
+            print(f"  {label} callback every {k:<4} {on:7.2f} s   ratio {on / off:.3f} "
+                  f"({(on / off - 1) * 100:+.1f}%)")
 
 
 if __name__ == "__main__":

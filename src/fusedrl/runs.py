@@ -101,7 +101,7 @@ class RunOptions:
     num_seeds: int = 1
     seed: int = 0
     eval_episodes: int = 64
-    progress_every: int | None = None  # updates between host callbacks; None: about 100 per run
+    progress_every: int | None = None  # updates between host callbacks; None: about 50 per run
 
     def __post_init__(self):
         for name in ("num_seeds", "eval_episodes"):
@@ -117,7 +117,8 @@ class RunOptions:
     def callback_every(self, config: PPOConfig) -> int:
         """Updates between host callbacks; 0 means no callback at all."""
         if self.progress_every is None:
-            return max(1, config.num_updates // 100)
+            # About 50 callbacks per run: a smooth bar, and each callback costs ~1 ms of host time.
+            return max(1, config.num_updates // 50)
         return self.progress_every
 
 
@@ -254,7 +255,8 @@ def train_run(
       options: seeds, evaluation episodes, progress interval; or pass them as keywords.
       overwrite: replace an existing run folder (otherwise it is refused before any work).
       progress: show the live progress bar (needs `options.progress_every != 0`).
-      loggers: extra loggers (`log(update, rows)`, `close()`) fed by the progress callback.
+      loggers: extra loggers (`log(update, rows)`, `close()`) fed by the progress callback, or
+        factories `f(run_folder) -> logger` called once the folder is ready.
       progress_file: where the bar is drawn (default stderr).
 
     Raises:
@@ -276,7 +278,8 @@ def train_run(
     bar = None
     if every and progress:
         bar = ProgressBar(config.num_updates, config.batch_size, options.num_seeds, file=progress_file)
-    sinks += list(loggers)
+    # Factories (callables taking the run folder) build their logger once the folder exists.
+    sinks += [lg if hasattr(lg, "log") else lg(path) for lg in loggers]
     if bar is not None:
         sinks.append(bar)
     monitor = Monitor(options.num_seeds, config.batch_size, sinks)
