@@ -89,6 +89,9 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; give it a normal directory's mode
     try:
         checkpointer = ocp.StandardCheckpointer()
         # orbax wants to create the directory itself.
