@@ -54,7 +54,7 @@ TERMINAL_TRANSITIONS = {
 NUM_ENVS = 1000
 NUM_STEPS = 32
 VEC_MAX_STEPS = 6  # short episodes in the VecEnv rollout: many resets, pool redraws and partial use
-# The rollouts check behaviour, not speed: without LLVM's optimisations they compile ~3x faster
+# These programs check behaviour, not speed: without LLVM's optimisations they compile ~3x faster
 # (XLA's own graph passes still run). Results may then differ from other programs by an ulp.
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
@@ -224,7 +224,7 @@ def _rollout(env_id):
 
         return jax.lax.scan(body, state, (keys, actions))
 
-    chex.clear_trace_counter()  # chex counts per call site, and this one serves every env
+    rollout.__name__ = f"rollout[{env_id}]"  # chex counts traces per name and call site
     rollout = jax.jit(chex.assert_max_traces(rollout, n=1), compiler_options=FAST_COMPILE)
     rng = np.random.default_rng(10)
     space = env.action_space(params)
