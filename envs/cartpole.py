@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fusedrl.envs.base import Box, Discrete, EnvParams, EnvState, Environment
+from fusedrl.envs.base import Box, Discrete, Environment, EnvParams, EnvState
 
 
 @struct.dataclass

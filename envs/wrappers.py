@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
+
 from fusedrl.envs.base import Box, check_action, check_params
 
 #: Weight of the prior (mean 0, variance 1) a fresh `RunningMeanStd` starts from. Tiny, so the first

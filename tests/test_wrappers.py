@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import struct
+
 from fusedrl.envs import CartPole, VecEnv
 from fusedrl.envs.base import Box, Discrete, Environment, EnvParams, EnvState
 from fusedrl.envs.wrappers import (

@@ -47,19 +47,24 @@ class DiagGaussian:
     mean: jax.Array  # [..., D]
     log_std: jax.Array  # [D] or [..., D]
 
+    @property
+    def _log_std(self) -> jax.Array:
+        # Explicit broadcast of a state-independent [D] log-std to [..., D] (no rank promotion).
+        return jnp.broadcast_to(self.log_std, self.mean.shape)
+
     def sample(self, key: jax.Array) -> jax.Array:
         noise = jax.random.normal(key, self.mean.shape, self.mean.dtype)
-        return self.mean + jnp.exp(self.log_std) * noise
+        return self.mean + jnp.exp(self._log_std) * noise
 
     def mode(self) -> jax.Array:
         return self.mean
 
     def log_prob(self, action: jax.Array) -> jax.Array:
         """Sum over D of log N(a_d; mean_d, std_d); shape [...]."""
-        z = (action - self.mean) * jnp.exp(-self.log_std)
-        per_dim = -0.5 * z**2 - self.log_std - 0.5 * math.log(2 * math.pi)
+        log_std = self._log_std
+        z = (action - self.mean) * jnp.exp(-log_std)
+        per_dim = -0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi)
         return jnp.sum(per_dim, axis=-1)
 
     def entropy(self) -> jax.Array:
-        per_dim = self.log_std + 0.5 * (1.0 + math.log(2 * math.pi))
-        return jnp.sum(jnp.broadcast_to(per_dim, self.mean.shape), axis=-1)
+        return jnp.sum(self._log_std + 0.5 * (1.0 + math.log(2 * math.pi)), axis=-1)
