@@ -89,7 +89,9 @@ def check_action(space, action, env_name: str, batch_shape: tuple[int, ...] = ()
         raise ValueError(
             f"{env_name}: action has shape {action.shape}, expected {expected}{hint} for {space!r}."
         )
-    return action
+    # A Python int/float is weakly typed; casting to the space's dtype keeps one compiled program.
+    dtype = getattr(space, "dtype", None)
+    return action if dtype is None else action.astype(dtype)
 
 
 def space_info(space) -> dict[str, Any]:
