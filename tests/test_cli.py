@@ -301,3 +301,16 @@ def test_tensorboard_run_writes_per_seed_scalars(trained, monkeypatch, tmp_path)
     assert code == 0, err
     assert (run_dir / "tensorboard").is_dir() and (run_dir / "checkpoint").is_dir()
     assert ("seed_0/episode_return", 128) in written and ("seed_1/episode_return", 384) in written
+
+
+def test_sweep_and_profile_subcommands_are_wired(capsys):
+    from fusedrl.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--help"])
+    assert e.value.code == 0 and "--grid" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["profile", "--help"])
+    assert e.value.code == 0 and "--mode" in capsys.readouterr().out
+    assert main(["sweep", "--env", "CartPole-v1", "--grid", "num_envs=4,8"]) == 2
+    assert "cannot sweep 'num_envs': it is a static field" in capsys.readouterr().err

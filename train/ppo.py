@@ -91,8 +91,9 @@ class PPO:
     Args:
       config: a validated `PPOConfig`.
       callback: optional host function `callback(metrics: dict[str, np.ndarray])`, called every
-        `callback_every` updates from inside the jitted run via `jax.debug.callback` (under vmap it
-        receives the per-seed metrics stacked). Off by default: no host transfer happens.
+        `callback_every` updates from inside the jitted run via `jax.debug.callback`. Under vmap
+        (jax 0.10) it is called once per seed, in no guaranteed order and without the seed's index:
+        `fusedrl.progress.SeedTaggedPPO` adds a "seed" entry. Off by default: no host transfer.
       callback_every: updates between callbacks.
       axis_name: data parallelism (`fusedrl.sweep.data_parallel_train`): the name of a mapped axis
         (`shard_map`/`vmap`) over which shards of one agent run. Each shard steps its own envs with

@@ -84,7 +84,23 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("envs", help="list environment ids with their spaces",
                        description="List the registered environments with observation and action spaces.")
     v.add_argument("--gymnax", action="store_true", help="also describe every gymnax environment's spaces")
+
+    from fusedrl.sweep_cli import add_sweep_parser
+
+    add_sweep_parser(sub)
+    # The profiler has its own parser (also `python -m fusedrl.bench profile`): pass its args through.
+    prof = sub.add_parser(
+        "profile", add_help=False,
+        help="where the wall time of one training update goes (fused or host-bridge mode)",
+    )
+    prof.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+def cmd_sweep(args) -> int:
+    from fusedrl.sweep_cli import run_sweep
+
+    return run_sweep(args)
 
 
 # ------------------------------------------------------------------------------- --set values
@@ -324,9 +340,17 @@ def cmd_envs(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fusedrl` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["profile"]:  # its own parser, so `fusedrl profile --help` reaches it
+        from fusedrl.profile import main as profile_main
+
+        return profile_main(argv[1:], prog="fusedrl profile")
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"train": cmd_train, "evaluate": cmd_evaluate, "envs": cmd_envs}
+    commands = {
+        "train": cmd_train, "evaluate": cmd_evaluate, "envs": cmd_envs,
+        "sweep": cmd_sweep,
+    }
     try:
         return commands[args.command](args)
     except CLIError as e:
