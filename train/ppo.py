@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
 from fusedrl.networks import ActorCritic
@@ -214,10 +215,10 @@ class PPO:
         """Steps the envs `num_steps` times with the current policy; returns (state, [T, N] batch)."""
         c = self.config
 
-        def step(carry, k):
+        def step(carry, noise):
             env_state, obs = carry
             pi, value = self.network.apply(state.params, obs)
-            action = pi.sample(k)
+            action = pi.sample_from_noise(noise)
             log_prob = pi.log_prob(action)
             next_obs, env_state, reward, terminated, truncated, info = venv.step(
                 env_state, action, hparams.env_params
@@ -237,9 +238,11 @@ class PPO:
             )
             return (env_state, next_obs), t
 
-        (env_state, obs), traj = jax.lax.scan(
-            step, (state.env_state, state.obs), jax.random.split(key, c.num_steps)
-        )
+        # The whole rollout's sampling noise in one draw, outside the step loop: one large
+        # random-number kernel instead of num_steps small ones.
+        dist = Categorical if self.discrete else DiagGaussian
+        noise = dist.noise(key, (c.num_steps, state.obs.shape[0], self.network.action_dim))
+        (env_state, obs), traj = jax.lax.scan(step, (state.env_state, state.obs), noise)
         return state.replace(env_state=env_state, obs=obs), traj
 
     # ---------------------------------------------------------------------------------- update

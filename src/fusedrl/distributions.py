@@ -24,8 +24,17 @@ class Categorical:
     def log_probs(self) -> jax.Array:
         return jax.nn.log_softmax(self.logits, axis=-1)
 
+    @staticmethod
+    def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """Standard Gumbel noise for `sample_from_noise`, shape [..., K] (draw many at once)."""
+        return jax.random.gumbel(key, shape)
+
+    def sample_from_noise(self, gumbel: jax.Array) -> jax.Array:
+        """The Gumbel-max trick: argmax(logits + g) with g ~ Gumbel(0, 1) is a sample."""
+        return jnp.argmax(self.logits + gumbel, axis=-1).astype(jnp.int32)
+
     def sample(self, key: jax.Array) -> jax.Array:
-        return jax.random.categorical(key, self.logits, axis=-1).astype(jnp.int32)
+        return self.sample_from_noise(self.noise(key, self.logits.shape))
 
     def mode(self) -> jax.Array:
         return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
@@ -52,9 +61,16 @@ class DiagGaussian:
         # Explicit broadcast of a state-independent [D] log-std to [..., D] (no rank promotion).
         return jnp.broadcast_to(self.log_std, self.mean.shape)
 
+    @staticmethod
+    def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """Standard normal noise for `sample_from_noise`, shape [..., D] (draw many at once)."""
+        return jax.random.normal(key, shape)
+
+    def sample_from_noise(self, z: jax.Array) -> jax.Array:
+        return self.mean + jnp.exp(self._log_std) * z
+
     def sample(self, key: jax.Array) -> jax.Array:
-        noise = jax.random.normal(key, self.mean.shape, self.mean.dtype)
-        return self.mean + jnp.exp(self._log_std) * noise
+        return self.sample_from_noise(self.noise(key, self.mean.shape))
 
     def mode(self) -> jax.Array:
         return self.mean
