@@ -44,6 +44,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from fusedrl._argtypes import positive_int
 from fusedrl.envs import Discrete
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
 from fusedrl.train.config import PPOConfig
@@ -294,14 +295,6 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
@@ -313,11 +306,11 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
                    help="env id; 'gymnasium:<id>' for the bridge (default: %(default)s)")
     p.add_argument("--mode", choices=MODES, default=None,
                    help="fused (one XLA program) or bridge (host envs); default from the id")
-    p.add_argument("--num-envs", type=_positive_int, default=None)
-    p.add_argument("--num-steps", type=_positive_int, default=None)
-    p.add_argument("--update-epochs", type=_positive_int, default=None)
-    p.add_argument("--num-minibatches", type=_positive_int, default=None)
-    p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats (default: 5)")
+    p.add_argument("--num-envs", type=positive_int, default=None)
+    p.add_argument("--num-steps", type=positive_int, default=None)
+    p.add_argument("--update-epochs", type=positive_int, default=None)
+    p.add_argument("--num-minibatches", type=positive_int, default=None)
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed repeats (default: 5)")
     return p
 
 

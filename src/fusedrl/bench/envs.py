@@ -4,9 +4,11 @@
 
 Both sides run the same program shape: a jitted `lax.scan` of `--steps` steps (repeated by an
 outer `fori_loop` whose trip count is a runtime argument, so calibrating the run length does not
-recompile), where each step draws the actions of the whole batch with one `jax.random.bernoulli`
-call and steps every env once. The action source and the per-step checksum that keeps the outputs
-live are identical on both sides, so the difference is the cost of stepping and auto-resetting:
+recompile). Each chunk draws the random actions of all its steps and envs with one
+`jax.random.bernoulli` call (so the action source costs little and stays out of the step loop),
+then every step steps every env once. The action source and the per-step checksum that keeps the
+outputs live are identical on both sides, so the difference is the cost of stepping and
+auto-resetting:
 
 - ours: `fusedrl.envs.VecEnv(env, n).step(state, action)`; the key lives in the VecEnv state and
   finished episodes take fresh initial states from the reset pool;
@@ -35,26 +37,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from fusedrl._argtypes import positive_int
+
 ENV_ID = "CartPole-v1"
 DEFAULT_NUM_ENVS = (1, 64, 512, 4096, 16384)
 IMPLS = ("ours", "gymnax")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _int_list(text: str) -> list[int]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list of positive integers")
-    return [_positive_int(t) for t in items]
+    return [positive_int(t) for t in items]
 
 
 def _non_negative_float(text: str) -> float:
@@ -80,10 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated batch sizes (default: %(default)s)",
     )
     parser.add_argument(
-        "--steps", type=_positive_int, default=100, help="scan length of one chunk (default: %(default)s)"
+        "--steps", type=positive_int, default=100, help="scan length of one chunk (default: %(default)s)"
     )
     parser.add_argument(
-        "--repeats", type=_positive_int, default=5, help="timed runs per side and size (default: %(default)s)"
+        "--repeats", type=positive_int, default=5, help="timed runs per side and size (default: %(default)s)"
     )
     parser.add_argument(
         "--min-time",
@@ -96,9 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _random_actions(key: jax.Array, num_envs: int) -> jax.Array:
-    """The shared, cheap action source: one Bernoulli draw for the whole batch."""
-    return jax.random.bernoulli(key, 0.5, (num_envs,)).astype(jnp.int32)
+def _random_actions(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The shared, cheap action source: one Bernoulli draw for a whole chunk [steps, num_envs]."""
+    return jax.random.bernoulli(key, 0.5, shape).astype(jnp.int32)
 
 
 def _checksum(obs, reward, terminated, truncated) -> jax.Array:
@@ -110,12 +106,18 @@ def _checksum(obs, reward, terminated, truncated) -> jax.Array:
     )
 
 
-def _chunked(body: Callable, steps: int) -> Callable:
-    """`run(carry, num_chunks)`: `num_chunks` scans of `steps` steps; `num_chunks` is traced."""
+def _chunked(body: Callable, steps: int, num_envs: int) -> Callable:
+    """`run(carry, num_chunks)`: `num_chunks` scans of `steps` steps; `num_chunks` is traced.
+
+    `carry` is (env state, key, checksum); `body(carry, action [num_envs])` is one step.
+    """
 
     def run(carry, num_chunks):
         def chunk(_, c):
-            return jax.lax.scan(body, c, None, length=steps)[0]
+            state, key, acc = c
+            key, k_act = jax.random.split(key)
+            actions = _random_actions(k_act, (steps, num_envs))
+            return jax.lax.scan(body, (state, key, acc), actions)[0]
 
         return jax.lax.fori_loop(0, num_chunks, chunk, carry)
 
@@ -135,14 +137,12 @@ def make_ours(num_envs: int, steps: int) -> tuple[Callable, Callable]:
         _, vstate = venv.reset(k_env, params)
         return vstate, k_act, jnp.float32(0)
 
-    def body(carry, _):
-        vstate, key, acc = carry
-        key, k_act = jax.random.split(key)
-        action = _random_actions(k_act, num_envs)
+    def body(carry, action):
+        vstate, key, acc = carry  # the key lives in the VecEnv state; this one is unused
         obs, vstate, reward, terminated, truncated, _ = venv.step(vstate, action, params)
         return (vstate, key, acc + _checksum(obs, reward, terminated, truncated)), None
 
-    return jax.jit(init), jax.jit(_chunked(body, steps))
+    return jax.jit(init), jax.jit(_chunked(body, steps, num_envs))
 
 
 def make_gymnax(num_envs: int, steps: int) -> tuple[Callable, Callable]:
@@ -158,15 +158,14 @@ def make_gymnax(num_envs: int, steps: int) -> tuple[Callable, Callable]:
         _, state = vreset(jax.random.split(k_env, num_envs), params)
         return state, k_act, jnp.float32(0)
 
-    def body(carry, _):
+    def body(carry, action):
         state, key, acc = carry
-        key, k_act, k_step = jax.random.split(key, 3)
-        action = _random_actions(k_act, num_envs)
+        key, k_step = jax.random.split(key)
         step_keys = jax.random.split(k_step, num_envs)
         obs, state, reward, terminated, truncated, _ = vstep(step_keys, state, action, params)
         return (state, key, acc + _checksum(obs, reward, terminated, truncated)), None
 
-    return jax.jit(init), jax.jit(_chunked(body, steps))
+    return jax.jit(init), jax.jit(_chunked(body, steps, num_envs))
 
 
 BUILDERS = {"ours": make_ours, "gymnax": make_gymnax}
