@@ -84,11 +84,15 @@ def test_metrics_shapes_and_values(small):
     # Linear annealing from lr towards 0, constant within an update.
     np.testing.assert_allclose(m["learning_rate"], config.lr * (1 - np.arange(6) / 6), rtol=1e-6)
     assert np.all(m["entropy"] > 0) and np.all(m["entropy"] <= np.log(2) + 1e-6)
-    # Random CartPole episodes last ~20 steps: none can end within the first update's 16 steps
-    # per env (reported as 0 completed, return 0), and several end in every later update.
-    assert m["episodes_completed"][0] == 0 and m["episode_return"][0] == 0
-    assert np.all(m["episodes_completed"][1:] > 0)
-    assert np.all((m["episode_return"][1:] >= 8) & (m["episode_return"][1:] <= 100))
+    # Random CartPole episodes last ~8-60 steps: every 64-step update after the first completes
+    # some; each reported return lies in that range; an update that completes none carries the
+    # previous value (0 before any episode ended).
+    done = m["episodes_completed"]
+    assert np.all(done[1:] > 0)
+    ret = np.asarray(m["episode_return"])
+    assert np.all((ret[done > 0] >= 8) & (ret[done > 0] <= 100))
+    carried = np.concatenate([[0.0], ret[:-1]])
+    np.testing.assert_array_equal(ret[done == 0], carried[done == 0])
     np.testing.assert_array_equal(m["episode_return"], m["episode_length"])  # reward 1 per step
 
 

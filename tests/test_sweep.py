@@ -1,6 +1,7 @@
 """fusedrl.sweep: one compile per sweep, slices equal single runs, named axes, tables, errors,
 sharding over devices and data parallelism (subprocess with 4 forced host devices)."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -12,9 +13,11 @@ import jax
 import numpy as np
 import pytest
 
-from fusedrl import sweep as sweep_module
 from fusedrl.sweep import SweepResult, sweep
 from fusedrl.train import PPO, PPOConfig, make_train
+
+# `fusedrl.sweep` is the public function; the module of the same name is reached through importlib.
+sweep_module = importlib.import_module("fusedrl.sweep")
 
 SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3,
              update_epochs=2, num_minibatches=2, hidden_sizes=(16,))
