@@ -76,3 +76,12 @@ def test_module_entry_point_reports_unknown_subcommand():
     assert proc.returncode == 2, proc
     assert "unknown subcommand 'nope'" in proc.stderr
     assert "envs" in proc.stderr
+
+
+def test_sweep_bench_runs_and_reports_rows(capsys):
+    from fusedrl.bench import sweep as bench_sweep
+
+    argv = ["--agents", "1,2", "--num-updates", "1", "--min-time", "0", "--json"]
+    assert bench_sweep.main(argv) in (0, None)
+    out = capsys.readouterr().out
+    assert '"agents": 1' in out.replace("'", '"') and '"agents": 2' in out.replace("'", '"'), out

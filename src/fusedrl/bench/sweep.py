@@ -55,7 +55,10 @@ def config_for(num_updates: int):
 
 def measure(num_agents: int, num_updates: int, min_time: float, repeats: int) -> dict:
     """Compile time and median execution time of `num_agents` agents in one sweep program."""
-    from fusedrl import sweep as S
+    import importlib
+
+    # `fusedrl.sweep` is the public function; its module is reached through importlib.
+    S = importlib.import_module("fusedrl.sweep")
     from fusedrl.train import make_train
 
     config = config_for(num_updates)
