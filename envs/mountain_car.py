@@ -58,10 +58,7 @@ class MountainCar(Environment):
 
     def step_env(self, key, state: MountainCarState, action, params: MountainCarParams):
         del key
-        velocity = state.velocity + (action - 1) * params.force - jnp.cos(3 * state.position) * params.gravity
-        velocity = jnp.clip(velocity, -params.max_speed, params.max_speed)
-        position = jnp.clip(state.position + velocity, params.min_position, params.max_position)
-        velocity = jnp.where((position <= params.min_position) & (velocity < 0), 0.0, velocity)
+        position, velocity = valley_step(state.position, state.velocity, (action - 1) * params.force, params)
         state = MountainCarState(position=position, velocity=velocity, time=state.time + 1)
         terminated = self.is_terminated(state, params)
         reward = jnp.full((), -1.0, jnp.float32)
@@ -85,3 +82,14 @@ class MountainCar(Environment):
         low = jnp.array([params.min_position, -params.max_speed], jnp.float32)
         high = jnp.array([params.max_position, params.max_speed], jnp.float32)
         return Box(low, high, (2,), jnp.float32)
+
+
+def valley_step(position, velocity, push, params):
+    """One step of the valley physics both MountainCars share: `push` is the engine's change of
+    velocity; gravity pulls along the hills (height sin(3x)); speed and position are clipped and the
+    car stops at the left wall. Returns (position, velocity)."""
+    velocity = velocity + push - jnp.cos(3 * position) * params.gravity
+    velocity = jnp.clip(velocity, -params.max_speed, params.max_speed)
+    position = jnp.clip(position + velocity, params.min_position, params.max_position)
+    velocity = jnp.where((position <= params.min_position) & (velocity < 0), 0.0, velocity)
+    return position, velocity

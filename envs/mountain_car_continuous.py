@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fusedrl.envs.base import Box, Environment, EnvParams, EnvState
+from fusedrl.envs.mountain_car import valley_step
 
 
 @struct.dataclass
@@ -64,10 +65,7 @@ class MountainCarContinuous(Environment):
         del key
         throttle = action[0]
         force = jnp.clip(throttle, params.min_action, params.max_action)
-        velocity = state.velocity + force * params.power - params.gravity * jnp.cos(3 * state.position)
-        velocity = jnp.clip(velocity, -params.max_speed, params.max_speed)
-        position = jnp.clip(state.position + velocity, params.min_position, params.max_position)
-        velocity = jnp.where((position <= params.min_position) & (velocity < 0), 0.0, velocity)
+        position, velocity = valley_step(state.position, state.velocity, force * params.power, params)
         state = MountainCarContinuousState(position=position, velocity=velocity, time=state.time + 1)
         terminated = self.is_terminated(state, params)
         reward = (jnp.where(terminated, 100.0, 0.0) - 0.1 * throttle**2).astype(jnp.float32)
