@@ -16,7 +16,7 @@ from fusedrl.envs.mountain_car import MountainCar, MountainCarParams
 from fusedrl.envs.mountain_car_continuous import MountainCarContinuous, MountainCarContinuousParams
 from fusedrl.envs.pendulum import Pendulum, PendulumParams
 from fusedrl.envs.registry import make, register, registered_ids
-from fusedrl.envs.vector import VecEnv, VecEnvState
+from fusedrl.envs.vector import StepDraws, VecEnv, VecEnvState
 
 register("CartPole-v1", CartPole)
 register("Acrobot-v1", Acrobot)
@@ -41,6 +41,7 @@ __all__ = [
     "Pendulum",
     "PendulumParams",
     "VecEnv",
+    "StepDraws",
     "VecEnvState",
     "check_action",
     "check_params",

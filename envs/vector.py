@@ -9,6 +9,14 @@ first (under `lax.cond`, so only then). Every episode still starts from a fresh,
 of the env's own `reset_env`, and which draw an env gets never depends on the draws' values, so
 the distribution of initial states is unchanged. Slot i belongs to env i, so handing states out
 is an elementwise select: no prefix sums, no gathers.
+
+A caller that knows how many steps it will take (a PPO rollout) can do better still: `predraw`
+draws every random input of the next T steps in one batched call (an initial state for every
+(step, env) slot, and per-step keys for stochastic envs), and `step(..., draws=draws[t])` consumes
+them. No random numbers are drawn and no branch is taken inside the step loop, which matters under
+`vmap` (where the pool's `lax.cond` becomes a select that redraws at every step) and on CPU (where
+every threefry call is a small loop of its own). Each slot is still used at most once and whether
+it is used never depends on its value, so the initial-state distribution is unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +28,22 @@ import jax.numpy as jnp
 from flax import struct
 
 from fusedrl.envs.base import check_action, check_params, tree_select
+
+
+@struct.dataclass
+class StepDraws:
+    """Random inputs of one or more steps, drawn ahead by `VecEnv.predraw`.
+
+    Leaves have a leading [T] axis from `predraw`; `step` takes one step's slice (`draws[t]`,
+    or the scanned slice inside `lax.scan`), leaves [N, ...].
+    """
+
+    reset_obs: Any  # [T, N, *obs_shape] a fresh initial observation for every (step, env) slot
+    reset_state: Any  # env state pytree [T, N, ...] matching reset_obs
+    step_keys: jax.Array | None  # [T, N] keys for stochastic envs' step_env; None if deterministic
+
+    def __getitem__(self, t):
+        return jax.tree.map(lambda x: x[t], self)
 
 
 @struct.dataclass
@@ -53,8 +77,8 @@ class VecEnv:
         self.env = env
         self.num_envs = int(num_envs)
 
-    def _reset_batch(self, key, params):
-        keys = jax.random.split(key, self.num_envs)
+    def _reset_batch(self, key, params, size=None):
+        keys = jax.random.split(key, self.num_envs if size is None else size)
         return jax.vmap(self.env.reset_env, in_axes=(0, None))(keys, params)
 
     def reset(self, key: jax.Array, params=None) -> tuple[Any, VecEnvState]:
@@ -66,8 +90,32 @@ class VecEnv:
         fresh = jnp.ones(self.num_envs, bool)
         return obs, VecEnvState(env_state, pool_obs, pool_state, fresh, key)
 
-    def step(self, state: VecEnvState, action: jax.Array, params=None):
+    def predraw(self, key: jax.Array, params, num_steps: int) -> StepDraws:
+        """Every random input of the next `num_steps` steps, drawn in one batch (see the module doc).
+
+        Costs `num_steps * N` calls of `reset_env`, batched, and memory for as many initial
+        states: `predraw_bytes` says how much.
+        """
+        params = check_params(self.env, params)
+        t, n = int(num_steps), self.num_envs
+        k_reset, k_step = jax.random.split(key)
+        obs, state = self._reset_batch(k_reset, params, t * n)
+        obs, state = jax.tree.map(lambda x: x.reshape((t, n) + x.shape[1:]), (obs, state))
+        step_keys = None
+        if not getattr(self.env, "deterministic_step", False):
+            step_keys = jax.random.split(k_step, (t, n))
+        return StepDraws(obs, state, step_keys)
+
+    def predraw_bytes(self, params, num_steps: int) -> int:
+        """Bytes of device memory `predraw(key, params, num_steps)` returns (computed abstractly)."""
+        shapes = jax.eval_shape(lambda k: self.predraw(k, params, num_steps), jax.random.key(0))
+        return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+
+    def step(self, state: VecEnvState, action: jax.Array, params=None, draws: StepDraws | None = None):
         """Steps all N envs with `action` [N, *action_shape]; resets those whose episode ended.
+
+        With `draws` (one step's slice of `predraw`), finished envs restart from `draws` and
+        stochastic envs step with its keys; the reset pool and the state's key are left untouched.
 
         Returns:
           obs [N, ...] (after any reset), new state, reward [N] float32, terminated [N] bool,
@@ -78,13 +126,17 @@ class VecEnv:
         params = check_params(env, params)
         action = check_action(env.action_space(params), action, env.name, (n,))
         key = state.key
+        if draws is not None:
+            _check_draws(draws, n)
         if getattr(env, "deterministic_step", False):
-            step_keys = None
             step_fn = jax.vmap(lambda s, a: env.step_env(None, s, a, params))
             obs_st, env_state, reward, terminated, info = step_fn(state.env_state, action)
         else:
-            key, k_step = jax.random.split(key)
-            step_keys = jax.random.split(k_step, n)
+            if draws is not None:
+                step_keys = draws.step_keys
+            else:
+                key, k_step = jax.random.split(key)
+                step_keys = jax.random.split(k_step, n)
             step_fn = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
             obs_st, env_state, reward, terminated, info = step_fn(
                 step_keys, state.env_state, action, params
@@ -94,6 +146,13 @@ class VecEnv:
         # As in Gymnasium, both flags can be set on the same step; learners treat that as terminal.
         truncated = jnp.asarray(truncated, bool)
         done = terminated | truncated
+        info = {**info, "final_observation": obs_st}
+
+        if draws is not None:
+            obs = tree_select(done, draws.reset_obs, obs_st)
+            env_state = tree_select(done, draws.reset_state, env_state)
+            new_state = state.replace(env_state=env_state)
+            return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
 
         # Env i restarts from pool slot i; if some finishing env's slot was already used, redraw
         # the pool first. Under vmap (seeds) the cond becomes a select: still correct, merely no
@@ -112,6 +171,18 @@ class VecEnv:
         )
         obs = tree_select(done, pool_obs, obs_st)
         env_state = tree_select(done, pool_state, env_state)
-        info = {**info, "final_observation": obs_st}
         new_state = VecEnvState(env_state, pool_obs, pool_state, fresh & ~done, key)
         return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
+
+
+def _check_draws(draws, num_envs: int):
+    if not isinstance(draws, StepDraws):
+        raise TypeError(
+            f"draws must be one step of VecEnv.predraw (a StepDraws), got {type(draws).__name__}."
+        )
+    lead = {x.shape[:1] for x in jax.tree.leaves(draws)}
+    if lead != {(num_envs,)}:
+        raise ValueError(
+            f"draws must be ONE step's slice of predraw (leaves [N={num_envs}, ...]), got leading "
+            f"shapes {sorted(lead)}; pass draws[t], or scan over the predraw result."
+        )

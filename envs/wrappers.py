@@ -3,7 +3,9 @@
 Every wrapper takes an object with `VecEnv`'s interface and exposes the same one:
 
     reset(key, params) -> (obs [N, ...], state)
-    step(state, action [N, ...], params) -> (obs, state, reward [N], terminated [N], truncated [N], info)
+    step(state, action [N, ...], params, draws=None)
+        -> (obs, state, reward [N], terminated [N], truncated [N], info)
+    predraw(key, params, num_steps) -> StepDraws  (the VecEnv's, passed through)
 
 plus `env` (the single underlying env), `num_envs`, `action_space(params)` and
 `observation_space(params)` (single-env spaces, as in gymnax). Wrappers are static Python objects;
@@ -153,9 +155,17 @@ class VecEnvWrapper:
         obs, inner = self.venv.reset(key, params)
         return obs, WrapperState(inner=inner)
 
-    def step(self, state, action: jax.Array, params=None):
-        """Steps with `action` [N, *action_shape]; returns what `VecEnv.step` returns."""
-        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params)
+    def predraw(self, key: jax.Array, params, num_steps: int):
+        """The wrapped `VecEnv`'s `predraw` (wrappers add no randomness of their own)."""
+        return self.venv.predraw(key, params, num_steps)
+
+    def predraw_bytes(self, params, num_steps: int) -> int:
+        return self.venv.predraw_bytes(params, num_steps)
+
+    def step(self, state, action: jax.Array, params=None, draws=None):
+        """Steps with `action` [N, *action_shape] (and optionally one step of `predraw`'s draws);
+        returns what `VecEnv.step` returns."""
+        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
         return obs, state.replace(inner=inner), reward, terminated, truncated, info
 
     def __repr__(self) -> str:
@@ -207,8 +217,8 @@ class EpisodeStatistics(VecEnvWrapper):
         )
         return obs, state
 
-    def step(self, state: EpisodeStatisticsState, action: jax.Array, params=None):
-        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params)
+    def step(self, state: EpisodeStatisticsState, action: jax.Array, params=None, draws=None):
+        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
         done = terminated | truncated
         episode_return = state.episode_return + reward
         episode_length = state.episode_length + 1
@@ -302,8 +312,8 @@ class NormalizeObservation(VecEnvWrapper):
         state = NormalizeObservationState(inner=inner, obs_stats=stats)
         return self._normalize(stats, obs), state
 
-    def step(self, state: NormalizeObservationState, action: jax.Array, params=None):
-        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params)
+    def step(self, state: NormalizeObservationState, action: jax.Array, params=None, draws=None):
+        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
         stats = state.obs_stats.update(obs) if self.update else state.obs_stats
         obs, info = _map_obs(lambda x: self._normalize(stats, x), obs, info)
         state = state.replace(inner=inner, obs_stats=stats)
@@ -365,8 +375,8 @@ class NormalizeReward(VecEnvWrapper):
         )
         return obs, state
 
-    def step(self, state: NormalizeRewardState, action: jax.Array, params=None):
-        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params)
+    def step(self, state: NormalizeRewardState, action: jax.Array, params=None, draws=None):
+        obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
         # The stored return is already zeroed where the previous step ended an episode.
         returns = (state.discounted_return * self.gamma + reward).astype(jnp.float32)
         stats = state.return_stats.update(returns) if self.update else state.return_stats
@@ -415,8 +425,8 @@ class FlattenObservation(VecEnvWrapper):
         obs, state = super().reset(key, params)
         return self._flatten(obs), state
 
-    def step(self, state: WrapperState, action: jax.Array, params=None):
-        obs, state, reward, terminated, truncated, info = super().step(state, action, params)
+    def step(self, state: WrapperState, action: jax.Array, params=None, draws=None):
+        obs, state, reward, terminated, truncated, info = super().step(state, action, params, draws)
         obs, info = _map_obs(self._flatten, obs, info)
         return obs, state, reward, terminated, truncated, info
 
@@ -437,7 +447,7 @@ class ClipAction(VecEnvWrapper):
                 f"only continuous actions have bounds to clip to."
             )
 
-    def step(self, state: WrapperState, action: jax.Array, params=None):
+    def step(self, state: WrapperState, action: jax.Array, params=None, draws=None):
         space = self.action_space(params)
         action = check_action(space, action, self.env.name, (self.num_envs,))
         shape = (1,) + tuple(space.shape)  # explicit batch axis: no implicit rank promotion
@@ -446,7 +456,7 @@ class ClipAction(VecEnvWrapper):
             return jnp.broadcast_to(jnp.asarray(b, action.dtype), tuple(space.shape)).reshape(shape)
 
         action = jnp.clip(action, bound(space.low), bound(space.high))
-        return super().step(state, action, params)
+        return super().step(state, action, params, draws)
 
 
 # ---------------------------------------------------------------------------------------------

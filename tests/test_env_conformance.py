@@ -284,18 +284,34 @@ def _vec_rollout(env_id):
     return _run_vec(env, params, jax.random.key(20), times, actions)
 
 
-def _run_vec(env, params, key, times, actions):
+@functools.cache
+def _vec_rollout_predrawn(env_id):
+    """As `_vec_rollout`, with every random input drawn ahead by `VecEnv.predraw` (as PPO's rollout
+    does); also returns the draws."""
+    env, params = _make(env_id)
+    params = params.replace(max_steps_in_episode=VEC_MAX_STEPS)
+    rng = np.random.default_rng(21)
+    times = rng.integers(0, VEC_MAX_STEPS, NUM_ENVS).astype(np.int32)
+    actions = _actions(rng, env.action_space(params), (NUM_STEPS, NUM_ENVS))
+    return _run_vec(env, params, jax.random.key(21), times, actions, predraw=True)
+
+
+def _run_vec(env, params, key, times, actions, predraw=False):
     vec = VecEnv(env, len(times))
 
     def rollout(key, times, actions):
-        obs0, vstate = vec.reset(key, params)
+        k_reset, k_draw = jax.random.split(key)
+        obs0, vstate = vec.reset(k_reset, params)
         first_state = vstate.env_state
         vstate = vstate.replace(env_state=first_state.replace(time=times))
+        draws = vec.predraw(k_draw, params, actions.shape[0]) if predraw else None
 
-        def body(vstate, action):
-            obs, new, reward, terminated, truncated, info = vec.step(vstate, action, params)
+        def body(vstate, xs):
+            action, step_draws = xs
+            obs, new, reward, terminated, truncated, info = vec.step(vstate, action, params, step_draws)
             out = dict(
                 obs=obs,
+                action=action,
                 reward=reward,
                 terminated=terminated,
                 truncated=truncated,
@@ -307,7 +323,16 @@ def _run_vec(env, params, key, times, actions):
             )
             return new, out
 
-        _, out = jax.lax.scan(body, vstate, actions)
+        _, out = jax.lax.scan(body, vstate, (actions, draws))
+        if predraw:
+            out["prev_state"] = jax.tree.map(  # the state each step started from
+                lambda first, later: jnp.concatenate([first[None], later[:-1]]),
+                vstate.env_state,
+                out["state"],
+            )
+            if draws.step_keys is not None:  # numpy-friendly: raw key data
+                draws = draws.replace(step_keys=jax.random.key_data(draws.step_keys))
+            return obs0, first_state, out, draws
         return obs0, first_state, out
 
     return jax.tree.map(np.asarray, jax.jit(rollout, compiler_options=FAST_COMPILE)(key, times, actions))
@@ -449,6 +474,80 @@ def test_vecenv_pool_never_reuses_an_initial_state():
     ids = np.concatenate([_state_columns(first_state), _handed_out_initial_states(out)])
     assert len(np.unique(ids, axis=0)) == len(ids)
     assert out["pool_redrawn"].sum() > 100
+
+
+# VecEnv with predrawn randomness (the PPO rollout's path) -----------------------------------------
+PREDRAW_IDS = sorted(RESET_UNIFORM) + ["gymnax:FourRooms-misc"]  # FourRooms: a stochastic step
+
+
+@pytest.mark.parametrize("env_id", PREDRAW_IDS)
+def test_vecenv_predrawn_steps_use_their_draws(env_id):
+    """With `draws`, an env whose episode ended restarts from exactly its (step, env) slot of the
+    predraw; the others step as the env's own `step_env` does (with the predrawn key, if the step
+    is stochastic); the reset pool and the VecEnv's key are not touched."""
+    env, params = _make(env_id)
+    params = params.replace(max_steps_in_episode=VEC_MAX_STEPS)
+    _, _, out, draws = _vec_rollout_predrawn(env_id)
+    T, N = NUM_STEPS, NUM_ENVS
+    assert jax.tree.leaves(draws)[0].shape[:2] == (T, N)
+    assert (draws.step_keys is None) == getattr(env, "deterministic_step", False)
+    done = out["terminated"] | out["truncated"]
+    assert 0.1 < done.mean() < 0.9
+    served = jax.tree.map(lambda x: x[done], draws.reset_state)
+    for got, want in zip(jax.tree.leaves(jax.tree.map(lambda x: x[done], out["state"])),
+                         jax.tree.leaves(served), strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(out["obs"][done], np.asarray(draws.reset_obs)[done])
+    # The stepped (pre-reset) observation is what step_env returns from the previous state.
+    if draws.step_keys is None:
+        keys = jnp.zeros((T, N, 2), jnp.uint32)  # unused by a deterministic step
+    else:
+        keys = jax.random.wrap_key_data(draws.step_keys)
+    step = jax.vmap(jax.vmap(lambda k, s, a: env.step_env(k, s, a, params)[0]))
+    want_obs = jax.jit(step, compiler_options=FAST_COMPILE)(keys, out["prev_state"], out["action"])
+    np.testing.assert_array_equal(out["final_obs"], np.asarray(want_obs))
+
+
+@pytest.mark.parametrize("env_id", sorted(RESET_UNIFORM))
+def test_vecenv_predrawn_initial_states_follow_documented_uniforms(env_id):
+    _, _, out, _ = _vec_rollout_predrawn(env_id)
+    done = out["terminated"] | out["truncated"]
+    assert done.sum() > 4 * NUM_ENVS
+    for field, (low, high) in RESET_UNIFORM[env_id].items():
+        x = getattr(out["state"], field)[done].astype(np.float64)
+        if low == high:
+            np.testing.assert_array_equal(x, low, err_msg=field)
+            continue
+        width, n = high - low, len(x)
+        assert low <= x.min() < low + 0.01 * width and high - 0.01 * width < x.max() <= high, field
+        assert abs(x.mean() - (low + high) / 2) < 6 * width / math.sqrt(12 * n), field
+        assert abs(x.std() - width / math.sqrt(12)) < 0.03 * width / math.sqrt(12), field
+    assert not out["pool_redrawn"].any() and (out["pool_used"] == 0).all()
+
+
+def test_vecenv_predraw_never_reuses_an_initial_state():
+    env, n, steps = Probe(), 16, 300
+    actions = _actions(np.random.default_rng(1), env.action_space(), (steps, n))
+    _, first_state, out, _ = _run_vec(
+        env, env.default_params, jax.random.key(1), np.zeros(n, np.int32), actions, predraw=True
+    )
+    done = out["terminated"] | out["truncated"]
+    assert done.sum() > 2000
+    ids = np.concatenate([_state_columns(first_state), _handed_out_initial_states(out)])
+    assert len(np.unique(ids, axis=0)) == len(ids)
+
+
+def test_vecenv_rejects_a_whole_predraw_as_one_steps_draws():
+    env, params = _make("CartPole-v1")
+    vec = VecEnv(env, 4)
+    _, vstate = vec.reset(jax.random.key(0), params)
+    draws = vec.predraw(jax.random.key(1), params, 8)
+    with pytest.raises(ValueError, match=r"ONE step's slice of predraw.*draws\[t\]"):
+        vec.step(vstate, jnp.zeros(4, jnp.int32), params, draws)
+    with pytest.raises(TypeError, match="StepDraws"):
+        vec.step(vstate, jnp.zeros(4, jnp.int32), params, draws=(1, 2))
+    obs, *_ = vec.step(vstate, jnp.zeros(4, jnp.int32), params, draws[0])
+    assert obs.shape == (4, 4)
 
 
 # Params are traced ------------------------------------------------------------------------------

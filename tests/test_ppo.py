@@ -195,6 +195,33 @@ def test_callback_every_k_updates():
     assert sorted(seen) == [config.batch_size * u for u in (2, 4, 6)]
 
 
+def _vec_state(env_state):
+    while hasattr(env_state, "inner"):
+        env_state = env_state.inner
+    return env_state
+
+
+def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
+    """Rollouts take every reset from `VecEnv.predraw` (the per-env pool is never used); when the
+    predraw would exceed PREDRAW_MAX_BYTES they use the pool instead, and still train."""
+    import fusedrl.train.ppo as ppo_module
+
+    def pool_key(state):  # the VecEnv's own key changes only when its pool is redrawn
+        return np.asarray(jax.random.key_data(_vec_state(state.env_state).key))
+
+    config, train, _, result = small
+    start = pool_key(train.init(jax.random.key(0)))
+    assert int(result.metrics["episodes_completed"].sum()) > 0
+    assert bool(_vec_state(result.state.env_state).pool_fresh.all())
+    np.testing.assert_array_equal(pool_key(result.state), start)
+    monkeypatch.setattr(ppo_module, "PREDRAW_MAX_BYTES", 0)
+    pooled = jax.jit(make_train(config))(jax.random.key(0))
+    assert int(pooled.metrics["episodes_completed"].sum()) > 0
+    assert not np.array_equal(pool_key(pooled.state), start)
+    for name, x in pooled.metrics.items():
+        assert np.all(np.isfinite(np.asarray(x, np.float64))), name
+
+
 # ----------------------------------------------------------------------------- env varieties
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
 def test_other_action_and_observation_spaces_train(env_id):

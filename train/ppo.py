@@ -24,6 +24,7 @@ from fusedrl.networks import ActorCritic
 from fusedrl.train.advantages import gae
 from fusedrl.train.config import Hyperparams, PPOConfig
 from fusedrl.train.losses import Batch, explained_variance, ppo_loss
+from fusedrl.train.shuffle import permutations
 
 METRIC_NAMES = (
     "episode_return",
@@ -38,6 +39,11 @@ METRIC_NAMES = (
     "learning_rate",
     "env_steps",
 )
+
+
+#: Largest rollout-ahead draw of env resets (`VecEnv.predraw`) the rollout makes; beyond it (very
+#: many envs x steps with large states) envs fall back to their per-env reset pool.
+PREDRAW_MAX_BYTES = 256 * 2**20
 
 
 class Transition(NamedTuple):
@@ -215,13 +221,14 @@ class PPO:
         """Steps the envs `num_steps` times with the current policy; returns (state, [T, N] batch)."""
         c = self.config
 
-        def step(carry, noise):
+        def step(carry, xs):
             env_state, obs = carry
+            noise, draws = xs
             pi, value = self.network.apply(state.params, obs)
             action = pi.sample_from_noise(noise)
             log_prob = pi.log_prob(action)
             next_obs, env_state, reward, terminated, truncated, info = venv.step(
-                env_state, action, hparams.env_params
+                env_state, action, hparams.env_params, draws
             )
             t = Transition(
                 obs=obs,
@@ -238,11 +245,16 @@ class PPO:
             )
             return (env_state, next_obs), t
 
-        # The whole rollout's sampling noise in one draw, outside the step loop: one large
-        # random-number kernel instead of num_steps small ones.
+        # All of the rollout's randomness in a few large draws, outside the step loop: the action
+        # sampling noise and (when it fits in PREDRAW_MAX_BYTES) the envs' reset states and step
+        # keys. Inside the loop, no random numbers and no branches (see fusedrl.envs.vector).
+        k_noise, k_env = jax.random.split(key)
         dist = Categorical if self.discrete else DiagGaussian
-        noise = dist.noise(key, (c.num_steps, state.obs.shape[0], self.network.action_dim))
-        (env_state, obs), traj = jax.lax.scan(step, (state.env_state, state.obs), noise)
+        noise = dist.noise(k_noise, (c.num_steps, state.obs.shape[0], self.network.action_dim))
+        draws = None
+        if venv.predraw_bytes(hparams.env_params, c.num_steps) <= PREDRAW_MAX_BYTES:
+            draws = venv.predraw(k_env, hparams.env_params, c.num_steps)
+        (env_state, obs), traj = jax.lax.scan(step, (state.env_state, state.obs), (noise, draws))
         return state.replace(env_state=env_state, obs=obs), traj
 
     # ---------------------------------------------------------------------------------- update
@@ -283,16 +295,14 @@ class PPO:
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
 
-        def epoch(carry, k):
-            perm = jax.random.permutation(k, batch_size)
+        def epoch(carry, perm):
             shuffled = jax.tree.map(
                 lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch
             )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
-        (params, opt_state), stats = jax.lax.scan(
-            epoch, (params, opt_state), jax.random.split(key, c.update_epochs)
-        )
+        perms = permutations(key, c.update_epochs, batch_size)  # [epochs, B], drawn in one go
+        (params, opt_state), stats = jax.lax.scan(epoch, (params, opt_state), perms)
         return params, opt_state, jax.tree.map(jnp.mean, stats)
 
     def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
