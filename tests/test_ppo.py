@@ -222,6 +222,21 @@ def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name
 
 
+def test_large_batch_shuffle_path_trains(small, monkeypatch):
+    """Batches above SMALL_BATCH_SHUFFLE draw all epochs' permutations up front (train/shuffle.py)."""
+    import fusedrl.train.ppo as ppo_module
+
+    config, _, _, result = small
+    monkeypatch.setattr(ppo_module, "SMALL_BATCH_SHUFFLE", 0)
+    other = jax.jit(make_train(config))(jax.random.key(0))
+    assert int(other.metrics["episodes_completed"].sum()) > 0
+    for name, x in other.metrics.items():
+        assert np.all(np.isfinite(np.asarray(x, np.float64))), name
+    # Same rollouts in the first update, different minibatch order: different losses.
+    np.testing.assert_array_equal(other.metrics["episode_return"][0], result.metrics["episode_return"][0])
+    assert not np.array_equal(other.metrics["policy_loss"], result.metrics["policy_loss"])
+
+
 # ----------------------------------------------------------------------------- env varieties
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
 def test_other_action_and_observation_spaces_train(env_id):
