@@ -7,6 +7,8 @@ Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps p
   default  1 seed,  4 envs x 128 steps
   seeds8   8 seeds vmapped, 4 envs x 128 steps (aggregate steps/s)
   wide     1 seed,  2048 envs x 16 steps
+  seeds64  64 seeds vmapped, 4 envs x 128 steps (not run by default: the many-agents goal of
+           `python -m fusedrl.bench sweep`, here against the peer; use a smaller --total-timesteps)
 
 Compile time is measured apart (`.lower().compile()`); steps/s times execution only. With
 `--peer-python`, the peer script `../shared/peers/rejax_ppo.py` runs in that interpreter for each
@@ -32,7 +34,9 @@ CONFIGS = {
     "default": dict(seeds=1, num_envs=4, num_steps=128),
     "seeds8": dict(seeds=8, num_envs=4, num_steps=128),
     "wide": dict(seeds=1, num_envs=2048, num_steps=16),
+    "seeds64": dict(seeds=64, num_envs=4, num_steps=128),
 }
+DEFAULT_CONFIGS = "default,seeds8,wide"
 PEER_SCRIPT = os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "..", "shared", "peers", "rejax_ppo.py"
 )
@@ -80,7 +84,7 @@ def run_peer(python: str, script: str, seeds: int, num_envs: int, num_steps: int
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrl.bench ppo", description=__doc__.splitlines()[0])
     p.add_argument(
-        "--configs", default="default,seeds8,wide", help="comma-separated among " + ",".join(CONFIGS)
+        "--configs", default=DEFAULT_CONFIGS, help="comma-separated among " + ",".join(CONFIGS)
     )
     p.add_argument("--total-timesteps", type=int, default=500_000, help="env steps per agent")
     p.add_argument("--repeats", type=int, default=3)
