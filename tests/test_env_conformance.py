@@ -468,18 +468,25 @@ class Probe(Environment):
         return Discrete(2)
 
 
-def test_vecenv_pool_never_reuses_an_initial_state():
-    """About half the envs finish every step, so the pool runs out mid-step again and again."""
+@pytest.mark.parametrize("predraw", [False, True], ids=["pool", "predraw"])
+def test_vecenv_never_reuses_an_initial_state(predraw):
+    """About half the envs finish every step, so the pool runs out mid-step again and again (or,
+    with predraw, about half of every step's predrawn slots are served)."""
     env, n, steps = Probe(), 16, 300
     rng = np.random.default_rng(0)
     actions = _actions(rng, env.action_space(), (steps, n))
     times = np.zeros(n, np.int32)
-    _, first_state, out = _run_vec(env, env.default_params, jax.random.key(0), times, actions)
+    _, first_state, out, *_ = _run_vec(
+        env, env.default_params, jax.random.key(0), times, actions, predraw=predraw
+    )
     done = out["terminated"] | out["truncated"]
     assert done.sum() > 2000
     ids = np.concatenate([_state_columns(first_state), _handed_out_initial_states(out)])
     assert len(np.unique(ids, axis=0)) == len(ids)
-    assert out["pool_redrawn"].sum() > 100
+    if predraw:
+        assert not out["pool_redrawn"].any()
+    else:
+        assert out["pool_redrawn"].sum() > 100
 
 
 # VecEnv with predrawn randomness (the PPO rollout's path) -----------------------------------------
@@ -521,18 +528,6 @@ def test_vecenv_predrawn_initial_states_follow_documented_uniforms(env_id):
     assert done.sum() > 4 * NUM_ENVS
     _assert_served_states_follow_documented_uniforms(env_id, out)
     assert not out["pool_redrawn"].any() and (out["pool_used"] == 0).all()
-
-
-def test_vecenv_predraw_never_reuses_an_initial_state():
-    env, n, steps = Probe(), 16, 300
-    actions = _actions(np.random.default_rng(1), env.action_space(), (steps, n))
-    _, first_state, out, _ = _run_vec(
-        env, env.default_params, jax.random.key(1), np.zeros(n, np.int32), actions, predraw=True
-    )
-    done = out["terminated"] | out["truncated"]
-    assert done.sum() > 2000
-    ids = np.concatenate([_state_columns(first_state), _handed_out_initial_states(out)])
-    assert len(np.unique(ids, axis=0)) == len(ids)
 
 
 def test_vecenv_rejects_a_whole_predraw_as_one_steps_draws():

@@ -304,8 +304,8 @@ class PPO:
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
 
-        def epoch(carry, x):
-            perm = jax.random.permutation(x, batch_size) if small else x
+        def epoch(carry, key_or_perm):  # an epoch's key (small batches) or its permutation
+            perm = jax.random.permutation(key_or_perm, batch_size) if small else key_or_perm
             shuffled = jax.tree.map(
                 lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch
             )

@@ -19,7 +19,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
     ),
     # rl-zoo ppo.yml (normalize, gae 0.94, ent 0) with PureJaxRL-size batches and lr 1e-3.
-    # Measured: greedy -77.9 ± 2.1 over 4 seeds (min -81.1), 1e6 steps; reference -80 (5e5: -82.3).
+    # Measured (`python -m fusedrl.bench presets --env Acrobot-v1`, 2026-11-22): greedy -79.3 ± 1.5
+    # over 4 seeds (min -81.7), 1e6 steps; reference -80 (5e5 steps: -82.3).
     "Acrobot-v1": dict(
         num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=8,
         lr=1e-3, gamma=0.99, gae_lambda=0.94, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,

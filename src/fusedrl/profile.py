@@ -295,8 +295,6 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-
-
 def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,

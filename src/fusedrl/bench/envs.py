@@ -44,8 +44,6 @@ DEFAULT_NUM_ENVS = (1, 64, 512, 4096, 16384)
 IMPLS = ("ours", "gymnax")
 
 
-
-
 def _int_list(text: str) -> list[int]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
