@@ -103,3 +103,13 @@ def test_ppo_bench_measures_our_run():
     row = run_ours(seeds=2, num_envs=4, num_steps=16, total=4 * 16 * 2)
     assert row["impl"] == "fusedrl" and row["sps"] > 0 and row["compile_s"] > 0
     assert 0 < row["ret"] <= 500
+
+
+def test_ppo_bench_peer_errors_are_clear(tmp_path):
+    from fusedrl.bench import ppo as bench_ppo
+
+    with pytest.raises(SystemExit):  # PureJaxRL runs in the peers' interpreter: it needs one
+        bench_ppo.main(["--purejaxrl-src", str(tmp_path)])
+    with pytest.raises(RuntimeError, match="PUREJAXRL_SRC must name a folder"):
+        bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 32,
+                           env={"PUREJAXRL_SRC": str(tmp_path)})

@@ -1,7 +1,7 @@
 """PPO training throughput (env steps/s) and compile time at PureJaxRL's CartPole configs.
 
     python -m fusedrl.bench ppo [--configs default,seeds8,wide] [--repeats 3]
-                                [--peer-python .peers-venv/bin/python]
+                                [--peer-python .peers-venv/bin/python [--purejaxrl-src DIR]]
 
 Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps per agent):
   default  1 seed,  4 envs x 128 steps
@@ -12,8 +12,10 @@ Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps p
 
 Compile time is measured apart (`.lower().compile()`); steps/s times execution only. With
 `--peer-python`, the peer script `../shared/peers/rejax_ppo.py` runs in that interpreter for each
-config, alternating with ours in every repeat, and the table adds the ratio of medians. The
-machine is noisy: only ratios measured in the same run mean anything.
+config; with `--purejaxrl-src DIR` as well, PureJaxRL's own `purejaxrl/ppo.py` (from DIR, run by
+`fusedrl/bench/purejaxrl_peer.py` in the same interpreter) runs too. Every repeat runs all
+implementations in fresh processes, in rotating order, and the table adds the ratio of medians
+against each peer. The machine is noisy: only ratios measured in the same run mean anything.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ DEFAULT_CONFIGS = "default,seeds8,wide"
 PEER_SCRIPT = os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "..", "shared", "peers", "rejax_ppo.py"
 )
+PUREJAXRL_RUNNER = os.path.join(os.path.dirname(__file__), "purejaxrl_peer.py")
 
 
 def run_ours(seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
@@ -70,14 +73,19 @@ def run_ours(seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
     return {"impl": "fusedrl", "compile_s": t1 - t0, "train_s": t2 - t1, "sps": steps / (t2 - t1), "ret": ret}
 
 
-def run_peer(python: str, script: str, seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
+def run_peer(
+    python: str, script: str, seeds: int, num_envs: int, num_steps: int, total: int,
+    env: dict[str, str] | None = None,
+) -> dict:
     out = subprocess.run(
         [python, script, str(seeds), str(num_envs), str(num_steps), str(total)],
         capture_output=True,
         text=True,
         timeout=900,
-        check=True,
+        env={**os.environ, **(env or {})},
     )
+    if out.returncode:
+        raise RuntimeError(f"peer {script} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -90,55 +98,67 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peer-python", default=None, help="interpreter with rejax installed (../shared/peers)")
     p.add_argument("--peer-script", default=os.path.normpath(PEER_SCRIPT))
+    p.add_argument(
+        "--purejaxrl-src", default=None,
+        help="folder with purejaxrl/ppo.py and wrappers.py (needs --peer-python; see purejaxrl_peer.py)",
+    )
     args = p.parse_args(argv)
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     bad = [n for n in names if n not in CONFIGS]
     if bad:
         p.error(f"unknown config(s) {bad}; valid: {', '.join(CONFIGS)}")
+    if args.purejaxrl_src and not args.peer_python:
+        p.error("--purejaxrl-src needs --peer-python (PureJaxRL runs in the peers' interpreter)")
+    # Each implementation: label -> function(cfg) -> result dict.
+    impls = {"fusedrl": lambda cfg: _subprocess_ours(cfg, args.total_timesteps)}
+    if args.peer_python:
+        impls["rejax"] = lambda cfg: run_peer(
+            args.peer_python, args.peer_script, **cfg, total=args.total_timesteps
+        )
+    if args.purejaxrl_src:
+        src = os.path.abspath(args.purejaxrl_src)
+        impls["purejaxrl"] = lambda cfg: run_peer(
+            args.peer_python, PUREJAXRL_RUNNER, **cfg, total=args.total_timesteps,
+            env={"PUREJAXRL_SRC": src},
+        )
     print(
         f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs, "
         f"{args.total_timesteps} steps per agent, {args.repeats} repeats"
     )
-    header = f"{'config':<8} {'impl':<8} {'compile s':>9} {'steps/s':>10} {'final ret':>9}"
+    labels = list(impls)
     rows = []
     for name in names:
         cfg = CONFIGS[name]
-        runs: dict[str, list[dict]] = {"fusedrl": [], "peer": []}
+        runs: dict[str, list[dict]] = {label: [] for label in labels}
         for r in range(args.repeats):
-            order = ["fusedrl", "peer"] if r % 2 == 0 else ["peer", "fusedrl"]
-            for impl in order:
-                if impl == "fusedrl":
-                    # A fresh process per run, like the peer: no warm compile caches in either.
-                    runs["fusedrl"].append(_subprocess_ours(cfg, args.total_timesteps))
-                elif args.peer_python:
-                    runs["peer"].append(
-                        run_peer(args.peer_python, args.peer_script, **cfg, total=args.total_timesteps)
-                    )
+            # Rotate the order every repeat, so no implementation always runs first or last.
+            for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+                runs[label].append(impls[label](cfg))  # each in a fresh process: no warm caches
         row = {"config": name, **cfg}
-        for impl, rs in runs.items():
-            if rs:
-                row[impl] = {
-                    "sps": statistics.median(x["sps"] for x in rs),
-                    "compile_s": statistics.median(x["compile_s"] for x in rs),
-                    "ret": statistics.median(x["ret"] for x in rs),
-                    "sps_runs": [round(x["sps"]) for x in rs],
-                }
-        if runs["peer"]:
-            row["ratio"] = row["fusedrl"]["sps"] / row["peer"]["sps"]
+        for label, rs in runs.items():
+            row[label] = {
+                "sps": statistics.median(x["sps"] for x in rs),
+                "compile_s": statistics.median(x["compile_s"] for x in rs),
+                "ret": statistics.median(x["ret"] for x in rs),
+                "sps_runs": [round(x["sps"]) for x in rs],
+            }
+        for label in labels[1:]:
+            row[f"ratio_vs_{label}"] = row["fusedrl"]["sps"] / row[label]["sps"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     print()
-    print(header)
+    print(f"{'config':<8} {'impl':<10} {'compile s':>9} {'steps/s':>10} {'final ret':>9}")
     for row in rows:
-        for impl in ("fusedrl", "peer"):
-            if impl in row:
-                r = row[impl]
-                label = "rejax" if impl == "peer" else impl
-                print(
-                    f"{row['config']:<8} {label:<8} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['ret']:>9.1f}"
-                )
-        if "ratio" in row:
-            print(f"{row['config']:<8} ratio fusedrl/rejax steps/s (median of runs): {row['ratio']:.2f}x")
+        for label in labels:
+            r = row[label]
+            print(
+                f"{row['config']:<8} {label:<10} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['ret']:>9.1f}"
+            )
+        for label in labels[1:]:
+            print(
+                f"{row['config']:<8} ratio fusedrl/{label} steps/s (median of runs): "
+                f"{row[f'ratio_vs_{label}']:.2f}x"
+            )
     return 0
 
 
