@@ -1,5 +1,6 @@
 """Initialisers, distributions and the actor-critic against references."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +9,7 @@ from scipy import special, stats
 
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.initializers import orthogonal
-from fusedrl.networks import ActorCritic
+from fusedrl.networks import ActorCritic, Dense, matmul
 
 
 @pytest.mark.parametrize("shape", [(4, 64), (64, 64), (64, 2), (400, 256), (64, 1), (3, 5, 8)])
@@ -74,3 +75,42 @@ def test_actor_critic_shapes():
     pi, v = cont.apply(params, jnp.ones((7, 5)))
     assert pi.mean.shape == (7, 2) and pi.log_std.shape == (2,) and v.shape == (7,)
     np.testing.assert_array_equal(params["params"]["log_std"], 0.0)
+
+
+@pytest.mark.parametrize("x_shape", [(5, 4), (3, 5, 4)])
+def test_matmul_gradients_match_autodiff(x_shape):
+    x = jax.random.normal(jax.random.key(0), x_shape)
+    w = jax.random.normal(jax.random.key(1), (4, 6))
+
+    def loss(mm):
+        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)) @ jnp.arange(6.0))
+
+    ours = jax.jit(jax.grad(loss(matmul), (0, 1)))(x, w)
+    ref = jax.grad(loss(jnp.matmul), (0, 1))(x, w)
+    for a, b in zip(ours, ref, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # vmapped over a leading axis of both (as over seeds), each slice as alone
+    xs, ws = jnp.stack([x, 2 * x]), jnp.stack([w, -w])
+    batched = jax.jit(jax.vmap(jax.grad(loss(matmul), (0, 1))))(xs, ws)
+    for i in range(2):
+        ref_i = jax.grad(loss(jnp.matmul), (0, 1))(xs[i], ws[i])
+        for a, b in zip(batched, ref_i, strict=True):
+            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_takes_the_transposed_weight_gradient_on_cpu():
+    x, w = jnp.ones((8, 4)), jnp.ones((4, 3))
+    text = jax.jit(jax.grad(lambda w: matmul(x, w).sum())).lower(w).as_text()
+    assert ("optimization_barrier" in text) == (jax.default_backend() == "cpu")
+
+
+def test_dense_is_flax_dense():
+    x = jax.random.normal(jax.random.key(2), (7, 5))
+    init = nn.initializers.lecun_normal()
+    ours, ref = Dense(3, kernel_init=init), nn.Dense(3, kernel_init=init)
+    p_ours, p_ref = ours.init(jax.random.key(3), x), ref.init(jax.random.key(3), x)
+    assert jax.tree.structure(p_ours) == jax.tree.structure(p_ref)
+    for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_ref), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_allclose(np.asarray(ours.apply(p_ours, x)), np.asarray(ref.apply(p_ref, x)),
+                               rtol=1e-6)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -14,8 +14,59 @@ from fusedrl.initializers import orthogonal
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
 
-def _dense(features: int, scale: float, name: str) -> nn.Dense:
-    return nn.Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros, name=name)
+@jax.custom_vjp
+def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [..., n] @ w [n, m], with a weight gradient laid out for CPU matmul kernels.
+
+    Autodiff computes dL/dw = x^T g as a dot contracting the major (batch) axis of both operands,
+    which XLA's CPU backend leaves to a generic batched-dot path instead of its fast XNNPACK
+    kernels (they contract the minor axis of the left operand). On CPU the backward pass here
+    materialises x^T first (the optimisation barrier keeps XLA from folding the transpose back
+    into the dot); elsewhere it is the plain dot. Values are those of `x @ w`; tested against
+    autodiff in tests/test_networks.py. Measured in-process A/B at PureJaxRL's CartPole config on a
+    2-core CPU: +8-10% steps/s at 8 vmapped agents, no change at 1 agent or 2048 envs, -2% at 64.
+    """
+    return x @ w
+
+
+def _matmul_fwd(x, w):
+    return x @ w, (x, w)
+
+
+def _matmul_bwd(res, g):
+    x, w = res
+    x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+
+    def weight_grad_cpu(x2, g2):
+        return jax.lax.optimization_barrier(x2.T) @ g2
+
+    def weight_grad(x2, g2):
+        return x2.T @ g2
+
+    dw = jax.lax.platform_dependent(x2, g2, cpu=weight_grad_cpu, default=weight_grad)
+    return g @ w.T, dw
+
+
+matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+class Dense(nn.Module):
+    """`flax.linen.Dense` (same parameters: kernel [n, m], bias [m]) computed with `matmul`."""
+
+    features: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
+    bias_init: Callable = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features))
+        bias = self.param("bias", self.bias_init, (self.features,))
+        y = matmul(x, kernel)
+        return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))  # no implicit rank promotion
+
+
+def _dense(features: int, scale: float, name: str) -> Dense:
+    return Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros, name=name)
 
 
 class ActorCritic(nn.Module):
@@ -63,4 +114,4 @@ def param_count(params) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
 
-__all__ = ["ACTIVATIONS", "ActorCritic", "param_count", "value_only"]
+__all__ = ["ACTIVATIONS", "ActorCritic", "Dense", "matmul", "param_count", "value_only"]
