@@ -113,3 +113,12 @@ def test_ppo_bench_peer_errors_are_clear(tmp_path):
     with pytest.raises(RuntimeError, match="PUREJAXRL_SRC must name a folder"):
         bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 32,
                            env={"PUREJAXRL_SRC": str(tmp_path)})
+
+
+def test_ppo_bench_kills_and_retries_a_hung_peer(tmp_path):
+    from fusedrl.bench import ppo as bench_ppo
+
+    script = tmp_path / "hang.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    with pytest.raises(RuntimeError, match="in all 2 attempts"):
+        bench_ppo.run_peer(sys.executable, str(script), 1, 4, 8, 32, timeout=1, attempts=2)
