@@ -25,6 +25,7 @@ def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     into the dot); elsewhere it is the plain dot. Values are those of `x @ w`; tested against
     autodiff in tests/test_networks.py. Measured in-process A/B at PureJaxRL's CartPole config on a
     2-core CPU: +8-10% steps/s at 8 vmapped agents, no change at 1 agent or 2048 envs, -2% at 64.
+    Being a `jax.custom_vjp`, it supports reverse-mode autodiff only (no `jax.jvp`/`jacfwd`).
     """
     return x @ w
 
