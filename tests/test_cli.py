@@ -225,13 +225,14 @@ def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
 def test_first_sigint_stops_at_the_next_callback():
     rec = Recorder()
     m = Monitor(num_seeds=1, batch_size=10, loggers=[rec])
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN, not the default, under nohup or `cmd &`
     with interrupt_guard(m):
         os.kill(os.getpid(), signal.SIGINT)  # handled: no KeyboardInterrupt here
         assert m.stop_requested and not rec.calls
         with pytest.raises(KeyboardInterrupt):
             m({"env_steps": np.int32(10)})
     assert m.interrupted and not rec.calls  # nothing was written after the request
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the guard put back what it found
 
 
 # ------------------------------------------------------------------------- optional loggers
