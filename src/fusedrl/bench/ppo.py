@@ -79,10 +79,10 @@ def run_peer(
 ) -> dict:
     """One peer run in a fresh process; its JSON line, plus "hangs": runs killed at `timeout`.
 
-    A run that passes `timeout` is killed and retried (up to `attempts` runs in all): a vmapped
-    8-seed PureJaxRL run hung here (no CPU use for minutes), the known 2-core hazard of XLA's
-    worker threads waiting inside the batched QR of a vmapped orthogonal initialiser, which our
-    own initialiser avoids (tests/test_networks.py).
+    A run that passes `timeout` is killed and retried (up to `attempts` runs in all): vmapped
+    PureJaxRL hung here at 8 and at 64 seeds (no CPU use for minutes; gdb showed its threads
+    waiting in jax::ParallelBatchMap of jaxlib's _lapack.so, the batched QR of its vmapped
+    orthogonal initialiser), a 2-core hazard our own initialiser avoids (tests/test_networks.py).
     """
     hangs = 0
     for _ in range(attempts):
