@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import math
 import subprocess
@@ -53,6 +55,9 @@ def test_subcommands_include_envs_and_skip_private_modules():
     names = fusedrl.bench.subcommands()
     assert "envs" in names
     assert not any(name.startswith("_") for name in names)
+    for name in names:  # each listed subcommand can be run: it has main(argv)
+        module = importlib.import_module(f"fusedrl.bench.{name}")
+        inspect.signature(module.main).bind(["--help"])
 
 
 def test_unknown_subcommand_lists_valid_ones(capsys):

@@ -13,7 +13,7 @@ Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps p
 Compile time is measured apart (`.lower().compile()`); steps/s times execution only. With
 `--peer-python`, the peer script `../shared/peers/rejax_ppo.py` runs in that interpreter for each
 config; with `--purejaxrl-src DIR` as well, PureJaxRL's own `purejaxrl/ppo.py` (from DIR, run by
-`fusedrl/bench/purejaxrl_peer.py` in the same interpreter) runs too. Every repeat runs all
+`fusedrl/bench/_purejaxrl_peer.py` in the same interpreter) runs too. Every repeat runs all
 implementations in fresh processes, in rotating order, and the table adds the ratio of medians
 against each peer. The machine is noisy: only ratios measured in the same run mean anything.
 """
@@ -42,7 +42,7 @@ DEFAULT_CONFIGS = "default,seeds8,wide"
 PEER_SCRIPT = os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "..", "shared", "peers", "rejax_ppo.py"
 )
-PUREJAXRL_RUNNER = os.path.join(os.path.dirname(__file__), "purejaxrl_peer.py")
+PUREJAXRL_RUNNER = os.path.join(os.path.dirname(__file__), "_purejaxrl_peer.py")
 
 
 def run_ours(seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--peer-timeout", type=float, default=300, help="seconds until a peer run counts as hung")
     p.add_argument(
         "--purejaxrl-src", default=None,
-        help="folder with purejaxrl/ppo.py and wrappers.py (needs --peer-python; see purejaxrl_peer.py)",
+        help="folder with purejaxrl/ppo.py and wrappers.py (needs --peer-python; see _purejaxrl_peer.py)",
     )
     args = p.parse_args(argv)
     names = [n.strip() for n in args.configs.split(",") if n.strip()]

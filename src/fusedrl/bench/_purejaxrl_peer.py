@@ -1,6 +1,6 @@
 """Runs PureJaxRL's PPO (`purejaxrl/ppo.py`) at its default CartPole config; prints one JSON line.
 
-    PYTHON purejaxrl_peer.py SEEDS NUM_ENVS NUM_STEPS TOTAL   (with PUREJAXRL_SRC set)
+    PYTHON _purejaxrl_peer.py SEEDS NUM_ENVS NUM_STEPS TOTAL   (with PUREJAXRL_SRC set)
 
 PureJaxRL is a set of scripts, not a package, and pins the gymnax 0.0.x step API, so this runs in
 the peers' scratch interpreter (../shared/peers/setup.sh: jax, flax, optax, distrax, gymnax 0.0.9),
