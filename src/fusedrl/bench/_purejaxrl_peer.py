@@ -8,13 +8,12 @@ never in ours. `PUREJAXRL_SRC` is a folder holding `purejaxrl/ppo.py` and `purej
 from github.com/luchris429/purejaxrl (and a stub `brax` package: `wrappers.py` imports brax at the
 top; CartPole never uses it). Nothing of PureJaxRL is part of fusedrl; this file only calls its
 `make_train` the way its README does, `jax.jit(jax.vmap(make_train(config)))(keys)`, and times it
-like `../shared/peers/rejax_ppo.py` times rejax (compile apart, then one execution).
+with the helper that times ours (`_timing.compile_then_run`: compile apart, then one execution).
 """
 
 import json
 import os
 import sys
-import time
 
 
 def main() -> None:
@@ -24,6 +23,7 @@ def main() -> None:
     sys.path.insert(0, src)
     import jax
     import numpy as np
+    from _timing import compile_then_run  # beside this file (the peers' interpreter has no fusedrl)
     from purejaxrl.ppo import make_train
 
     seeds, envs, steps, total = (int(float(x)) for x in sys.argv[1:5])
@@ -34,20 +34,14 @@ def main() -> None:
         "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1", "ANNEAL_LR": True, "DEBUG": False,
     }
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
-    fn = jax.jit(jax.vmap(make_train(config)))
-    t0 = time.perf_counter()
-    compiled = fn.lower(keys).compile()
-    t1 = time.perf_counter()
-    out = compiled(keys)
-    jax.block_until_ready(out)
-    t2 = time.perf_counter()
+    out, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(make_train(config))), keys)
     n = (total // (envs * steps)) * envs * steps * seeds
     info = out["metrics"]  # each [seeds, updates, steps, envs]
     done = np.asarray(info["returned_episode"])[:, -1]
     rets = np.asarray(info["returned_episode_returns"])[:, -1]
     ret = float(rets[done].mean()) if done.any() else float("nan")
-    print(json.dumps({"impl": "purejaxrl", "compile_s": t1 - t0, "train_s": t2 - t1,
-                      "sps": n / (t2 - t1), "ret": ret}))
+    print(json.dumps({"impl": "purejaxrl", "compile_s": compile_s, "train_s": train_s,
+                      "sps": n / train_s, "ret": ret}))
 
 
 if __name__ == "__main__":

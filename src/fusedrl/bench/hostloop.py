@@ -28,6 +28,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from fusedrl.bench._timing import compile_then_run
+
 SOLVED = 475.0
 WINDOW = 10  # updates averaged for the solve criterion
 ZOO = dict(num_envs=8, num_steps=32, update_epochs=20, num_minibatches=1, lr=1e-3, gamma=0.98,
@@ -57,12 +59,7 @@ def run_fused(total_timesteps: int, seed: int = 0, **overrides) -> dict[str, Any
 
     config = _config("CartPole-v1", total_timesteps, **overrides)
     key = jax.random.key(seed)
-    t = time.perf_counter()
-    compiled = jax.jit(make_train(config)).lower(key).compile()
-    compile_s = time.perf_counter() - t
-    t = time.perf_counter()
-    result = jax.block_until_ready(compiled(key))
-    train_s = time.perf_counter() - t
+    result, compile_s, train_s = compile_then_run(jax.jit(make_train(config)), key)
     returns = np.asarray(result.metrics["episode_return"])
     i = _solve_index(returns)
     per_update = train_s / config.num_updates

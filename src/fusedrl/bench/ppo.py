@@ -26,11 +26,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 
 import jax
 import numpy as np
+
+from fusedrl.bench._timing import compile_then_run
 
 CONFIGS = {
     "default": dict(seeds=1, num_envs=4, num_steps=128),
@@ -61,16 +62,10 @@ def run_ours(seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
     )
     train = make_train(config)
     keys = jax.random.split(jax.random.key(0), seeds)
-    fn = jax.jit(jax.vmap(train))
-    t0 = time.perf_counter()
-    compiled = fn.lower(keys).compile()
-    t1 = time.perf_counter()
-    result = compiled(keys)
-    jax.block_until_ready(result)
-    t2 = time.perf_counter()
+    result, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(train)), keys)
     steps = config.env_steps * seeds
     ret = float(np.asarray(result.metrics["episode_return"])[:, -1].mean())
-    return {"impl": "fusedrl", "compile_s": t1 - t0, "train_s": t2 - t1, "sps": steps / (t2 - t1), "ret": ret}
+    return {"impl": "fusedrl", "compile_s": compile_s, "train_s": train_s, "sps": steps / train_s, "ret": ret}
 
 
 def run_peer(

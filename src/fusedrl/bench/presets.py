@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from fusedrl.bench._timing import compile_then_run
+
 # Published PPO returns in gymnax-blines (RobertTLange/gymnax-blines), the targets we compare with.
 REFERENCE = {
     "CartPole-v1": 500.0,
@@ -48,15 +50,11 @@ def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, *
     key = jax.random.key(seed)
     k_train, k_eval = jax.random.split(key)
     keys = jax.random.split(k_train, seeds)
-    t0 = time.perf_counter()
-    compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
-    t1 = time.perf_counter()
-    result = compiled(keys)
-    jax.block_until_ready(result)
-    t2 = time.perf_counter()
+    result, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(train)), keys)
+    t_eval = time.perf_counter()
     evaluate = jax.jit(lambda r, k: fusedrl.evaluate(config, r, k, episodes))
     returns = np.asarray(evaluate(result, k_eval))  # [seeds, episodes]
-    t3 = time.perf_counter()
+    eval_s = time.perf_counter() - t_eval
     per_seed = returns.mean(axis=1)
     train_ret = np.asarray(result.metrics["episode_return"])  # [seeds, num_updates]
     return {
@@ -68,9 +66,9 @@ def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, *
         "std": float(per_seed.std()),
         "min_seed": float(per_seed.min()),
         "per_seed": [round(float(x), 1) for x in per_seed],
-        "train_s": t2 - t1,
-        "compile_s": t1 - t0,
-        "eval_s": t3 - t2,
+        "train_s": train_s,
+        "compile_s": compile_s,
+        "eval_s": eval_s,
         "reference": REFERENCE.get(env_id),
         "final_train_return": [round(float(x), 1) for x in train_ret[:, -1]],
         "overrides": {k: v for k, v in overrides.items()},
