@@ -78,12 +78,13 @@ def test_actor_critic_shapes():
 
 
 @pytest.mark.parametrize("x_shape", [(5, 4), (3, 5, 4)])
-def test_matmul_gradients_match_autodiff(x_shape):
+@pytest.mark.parametrize("out", [6, 2])  # wider than x (x^T is materialised) or narrower (g^T)
+def test_matmul_gradients_match_autodiff(x_shape, out):
     x = jax.random.normal(jax.random.key(0), x_shape)
-    w = jax.random.normal(jax.random.key(1), (4, 6))
+    w = jax.random.normal(jax.random.key(1), (4, out))
 
     def loss(mm):
-        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)) @ jnp.arange(6.0))
+        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)) @ jnp.arange(float(out)))
 
     ours = jax.jit(jax.grad(loss(matmul), (0, 1)))(x, w)
     ref = jax.grad(loss(jnp.matmul), (0, 1))(x, w)
@@ -98,8 +99,9 @@ def test_matmul_gradients_match_autodiff(x_shape):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
-def test_matmul_takes_the_transposed_weight_gradient_on_cpu():
-    x, w = jnp.ones((8, 4)), jnp.ones((4, 3))
+@pytest.mark.parametrize("w_shape", [(4, 6), (4, 2)])
+def test_matmul_takes_the_transposed_weight_gradient_on_cpu(w_shape):
+    x, w = jnp.ones((8, 4)), jnp.ones(w_shape)
     text = jax.jit(jax.grad(lambda w: matmul(x, w).sum())).lower(w).as_text()
     assert ("optimization_barrier" in text) == (jax.default_backend() == "cpu")
 
