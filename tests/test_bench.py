@@ -127,3 +127,25 @@ def test_ppo_bench_kills_and_retries_a_hung_peer(tmp_path):
     script.write_text("import time\ntime.sleep(60)\n")
     with pytest.raises(RuntimeError, match="in all 2 attempts"):
         bench_ppo.run_peer(sys.executable, str(script), 1, 4, 8, 32, timeout=1, attempts=2)
+
+
+def test_ppo_bench_many_agents_goal_divides_our_64_by_each_peer():
+    from fusedrl.bench.ppo import many_agents_goal
+
+    rows = [
+        {"config": "seeds8", "fusedrl": {"sps": 110.0}, "purejaxrl": {"sps": 100.0},
+         "rejax": {"sps": 80.0}, "ratio_vs_rejax": 1.4},
+        {"config": "seeds64", "fusedrl": {"sps": 150.0}, "rejax": {"sps": 120.0}},
+    ]
+    text = "\n".join(many_agents_goal(rows))
+    assert "1.50x purejaxrl at seeds8" in text and "1.88x rejax at seeds8" in text
+    assert "1.25x rejax at seeds64" in text and "purejaxrl at seeds64" not in text
+    assert many_agents_goal(rows[:1]) == []  # needs both configs
+
+
+def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys):
+    from fusedrl.bench import ppo as bench_ppo
+
+    with pytest.raises(SystemExit):
+        bench_ppo.main(["--purejaxrl-configs", "seeds9"])
+    assert "--purejaxrl-configs" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """PPO training throughput (env steps/s) and compile time at PureJaxRL's CartPole configs.
 
     python -m fusedrl.bench ppo [--configs default,seeds8,wide] [--repeats 3]
-                                [--peer-python .peers-venv/bin/python [--purejaxrl-src DIR]]
+                                [--peer-python .peers-venv/bin/python [--purejaxrl-src DIR
+                                 [--purejaxrl-configs default,seeds8,wide]]]
 
 Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps per agent):
   default  1 seed,  4 envs x 128 steps
@@ -16,6 +17,10 @@ config; with `--purejaxrl-src DIR` as well, PureJaxRL's own `purejaxrl/ppo.py` (
 `fusedrl/bench/_purejaxrl_peer.py` in the same interpreter) runs too. Every repeat runs all
 implementations in fresh processes, in rotating order, and the table adds the ratio of medians
 against each peer. The machine is noisy: only ratios measured in the same run mean anything.
+
+With seeds8 and seeds64 in one run, it also prints the many-agents goal of issue 5: our
+aggregate steps/s at 64 agents over PureJaxRL's (and rejax's) at 8 vmapped seeds, and over
+rejax's at 64. `--purejaxrl-configs seeds8` skips PureJaxRL elsewhere (it hung at 64 seeds here).
 """
 
 from __future__ import annotations
@@ -110,11 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--purejaxrl-src", default=None,
         help="folder with purejaxrl/ppo.py and wrappers.py (needs --peer-python; see _purejaxrl_peer.py)",
     )
+    p.add_argument(
+        "--purejaxrl-configs", default=None,
+        help="configs at which PureJaxRL runs (default: all of --configs)",
+    )
     args = p.parse_args(argv)
-    names = [n.strip() for n in args.configs.split(",") if n.strip()]
-    bad = [n for n in names if n not in CONFIGS]
-    if bad:
-        p.error(f"unknown config(s) {bad}; valid: {', '.join(CONFIGS)}")
+    names = _config_names(p, args.configs, "--configs")
+    pjx_names = names if args.purejaxrl_configs is None else _config_names(
+        p, args.purejaxrl_configs, "--purejaxrl-configs")
     if args.purejaxrl_src and not args.peer_python:
         p.error("--purejaxrl-src needs --peer-python (PureJaxRL runs in the peers' interpreter)")
     # Each implementation: label -> function(cfg) -> result dict.
@@ -138,10 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for name in names:
         cfg = CONFIGS[name]
-        runs: dict[str, list[dict]] = {label: [] for label in labels}
+        here = [label for label in labels if label != "purejaxrl" or name in pjx_names]
+        runs: dict[str, list[dict]] = {label: [] for label in here}
         for r in range(args.repeats):
             # Rotate the order every repeat, so no implementation always runs first or last.
-            for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            for label in here[r % len(here):] + here[: r % len(here)]:
                 runs[label].append(impls[label](cfg))  # each in a fresh process: no warm caches
         row = {"config": name, **cfg}
         for label, rs in runs.items():
@@ -152,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "sps_runs": [round(x["sps"]) for x in rs],
                 "hangs": sum(x.get("hangs", 0) for x in rs),
             }
-        for label in labels[1:]:
+        for label in here[1:]:
             row[f"ratio_vs_{label}"] = row["fusedrl"]["sps"] / row[label]["sps"]
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -160,16 +169,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'config':<8} {'impl':<10} {'compile s':>9} {'steps/s':>10} {'final ret':>9}")
     for row in rows:
         for label in labels:
+            if label not in row:
+                continue
             r = row[label]
             print(
                 f"{row['config']:<8} {label:<10} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['ret']:>9.1f}"
             )
         for label in labels[1:]:
-            print(
-                f"{row['config']:<8} ratio fusedrl/{label} steps/s (median of runs): "
-                f"{row[f'ratio_vs_{label}']:.2f}x"
-            )
+            if f"ratio_vs_{label}" in row:
+                print(
+                    f"{row['config']:<8} ratio fusedrl/{label} steps/s (median of runs): "
+                    f"{row[f'ratio_vs_{label}']:.2f}x"
+                )
+    for line in many_agents_goal(rows):
+        print(line)
     return 0
+
+
+def many_agents_goal(rows: list[dict]) -> list[str]:
+    """Issue 5's goal from one run's rows: our aggregate steps/s at 64 agents (seeds64) over each
+    peer's at 8 vmapped seeds (seeds8) and at 64; empty unless both configs were run."""
+    by = {row["config"]: row for row in rows}
+    if "seeds8" not in by or "seeds64" not in by:
+        return []
+    ours = by["seeds64"]["fusedrl"]["sps"]
+    lines = ["", f"many agents: fusedrl at 64 agents {ours:,.0f} aggregate steps/s"]
+    for config in ("seeds8", "seeds64"):
+        for label, r in by[config].items():
+            if isinstance(r, dict) and label != "fusedrl":
+                lines.append(f"  {ours / r['sps']:.2f}x {label} at {config} ({r['sps']:,.0f})")
+    return lines
+
+
+def _config_names(p: argparse.ArgumentParser, text: str, flag: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in CONFIGS]
+    if bad or not names:
+        p.error(f"{flag}: unknown or no config(s) {bad}; valid: {', '.join(CONFIGS)}")
+    return names
 
 
 def _subprocess_ours(cfg: dict, total: int) -> dict:
