@@ -125,8 +125,8 @@ def test_ppo_bench_kills_and_retries_a_hung_peer(tmp_path):
 
     script = tmp_path / "hang.py"
     script.write_text("import time\ntime.sleep(60)\n")
-    with pytest.raises(RuntimeError, match="in all 2 attempts"):
-        bench_ppo.run_peer(sys.executable, str(script), 1, 4, 8, 32, timeout=1, attempts=2)
+    result = bench_ppo.run_peer(sys.executable, str(script), 1, 4, 8, 32, timeout=1, attempts=2)
+    assert result == {"hung": True, "hangs": 2}  # reported, not raised: the other runs go on
 
 
 def test_ppo_bench_many_agents_goal_divides_our_64_by_each_peer():
@@ -135,7 +135,8 @@ def test_ppo_bench_many_agents_goal_divides_our_64_by_each_peer():
     rows = [
         {"config": "seeds8", "fusedrl": {"sps": 110.0}, "purejaxrl": {"sps": 100.0},
          "rejax": {"sps": 80.0}, "ratio_vs_rejax": 1.4},
-        {"config": "seeds64", "fusedrl": {"sps": 150.0}, "rejax": {"sps": 120.0}},
+        {"config": "seeds64", "fusedrl": {"sps": 150.0}, "rejax": {"sps": 120.0},
+         "purejaxrl": {"hangs": 3}},  # hung in every attempt: no ratio
     ]
     text = "\n".join(many_agents_goal(rows))
     assert "1.50x purejaxrl at seeds8" in text and "1.88x rejax at seeds8" in text
