@@ -150,3 +150,7 @@ def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys):
     with pytest.raises(SystemExit):
         bench_ppo.main(["--purejaxrl-configs", "seeds9"])
     assert "--purejaxrl-configs" in capsys.readouterr().err
+    for bad in ("seeds64=512", "seeds8=lots"):  # seeds64 is not among the default --configs
+        with pytest.raises(SystemExit):
+            bench_ppo.main(["--configs", "seeds8", "--timesteps", bad])
+        assert "--timesteps" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """PPO training throughput (env steps/s) and compile time at PureJaxRL's CartPole configs.
 
-    python -m fusedrl.bench ppo [--configs default,seeds8,wide] [--repeats 3]
+    python -m fusedrl.bench ppo [--configs default,seeds8,wide] [--repeats 3] [--timesteps CONFIG=N]
                                 [--peer-python .peers-venv/bin/python [--purejaxrl-src DIR
                                  [--purejaxrl-configs default,seeds8,wide]]]
 
@@ -9,7 +9,8 @@ Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps p
   seeds8   8 seeds vmapped, 4 envs x 128 steps (aggregate steps/s)
   wide     1 seed,  2048 envs x 16 steps
   seeds64  64 seeds vmapped, 4 envs x 128 steps (not run by default: the many-agents goal of
-           `python -m fusedrl.bench sweep`, here against the peer; use a smaller --total-timesteps)
+           `python -m fusedrl.bench sweep`, here against the peer; give it fewer steps, e.g.
+           `--timesteps seeds64=51200`)
 
 Compile time is measured apart (`.lower().compile()`); steps/s times execution only. With
 `--peer-python`, the peer script `../shared/peers/rejax_ppo.py` runs in that interpreter for each
@@ -109,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--configs", default=DEFAULT_CONFIGS, help="comma-separated among " + ",".join(CONFIGS)
     )
     p.add_argument("--total-timesteps", type=int, default=500_000, help="env steps per agent")
+    p.add_argument(
+        "--timesteps", action="append", default=[], metavar="CONFIG=N",
+        help="env steps per agent for one config, overriding --total-timesteps (repeatable)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peer-python", default=None, help="interpreter with rejax installed (../shared/peers)")
     p.add_argument("--peer-script", default=os.path.normpath(PEER_SCRIPT))
@@ -128,21 +133,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.purejaxrl_src and not args.peer_python:
         p.error("--purejaxrl-src needs --peer-python (PureJaxRL runs in the peers' interpreter)")
     # Each implementation: label -> function(cfg) -> result dict.
-    impls = {"fusedrl": lambda cfg: _subprocess_ours(cfg, args.total_timesteps)}
+    totals = {name: args.total_timesteps for name in names}
+    for item in args.timesteps:
+        name, _, n = item.partition("=")
+        if name not in totals or not n.isdigit() or int(n) < 1:
+            p.error(f"--timesteps {item!r}: expected CONFIG=N with CONFIG among --configs "
+                    f"({', '.join(names)}) and N a positive integer")
+        totals[name] = int(n)
+    impls = {"fusedrl": lambda name, cfg: _subprocess_ours(cfg, totals[name])}
     if args.peer_python:
-        impls["rejax"] = lambda cfg: run_peer(
-            args.peer_python, args.peer_script, **cfg, total=args.total_timesteps,
-            timeout=args.peer_timeout,
+        impls["rejax"] = lambda name, cfg: run_peer(
+            args.peer_python, args.peer_script, **cfg, total=totals[name], timeout=args.peer_timeout,
         )
     if args.purejaxrl_src:
         src = os.path.abspath(args.purejaxrl_src)
-        impls["purejaxrl"] = lambda cfg: run_peer(
-            args.peer_python, PUREJAXRL_RUNNER, **cfg, total=args.total_timesteps,
+        impls["purejaxrl"] = lambda name, cfg: run_peer(
+            args.peer_python, PUREJAXRL_RUNNER, **cfg, total=totals[name],
             env={"PUREJAXRL_SRC": src}, timeout=args.peer_timeout,
         )
     print(
         f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs, "
-        f"{args.total_timesteps} steps per agent, {args.repeats} repeats"
+        f"steps per agent {totals}, {args.repeats} repeats"
     )
     labels = list(impls)
     rows = []
@@ -153,8 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in range(args.repeats):
             # Rotate the order every repeat, so no implementation always runs first or last.
             for label in here[r % len(here):] + here[: r % len(here)]:
-                runs[label].append(impls[label](cfg))  # each in a fresh process: no warm caches
-        row = {"config": name, **cfg}
+                runs[label].append(impls[label](name, cfg))  # each in a fresh process: no warm caches
+        row = {"config": name, **cfg, "total_timesteps": totals[name]}
         for label, rs in runs.items():
             done = [x for x in rs if not x.get("hung")]
             row[label] = {"hangs": sum(x.get("hangs", 0) for x in rs)}
