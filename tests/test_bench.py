@@ -147,9 +147,13 @@ def test_ppo_bench_many_agents_goal_divides_our_64_by_each_peer():
 def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys):
     from fusedrl.bench import ppo as bench_ppo
 
-    with pytest.raises(SystemExit):
-        bench_ppo.main(["--purejaxrl-configs", "seeds9"])
-    assert "--purejaxrl-configs" in capsys.readouterr().err
+    for argv in (["--purejaxrl-configs", "seeds9"],  # no such config
+                 ["--purejaxrl-configs", "seeds8"],  # without --purejaxrl-src: nothing to skip
+                 ["--configs", "seeds8", "--peer-python", sys.executable, "--purejaxrl-src", "x",
+                  "--purejaxrl-configs", "wide"]):  # not among --configs
+        with pytest.raises(SystemExit):
+            bench_ppo.main(argv)
+        assert "--purejaxrl-configs" in capsys.readouterr().err
     for bad in ("seeds64=512", "seeds8=lots"):  # seeds64 is not among the default --configs
         with pytest.raises(SystemExit):
             bench_ppo.main(["--configs", "seeds8", "--timesteps", bad])

@@ -132,7 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p, args.purejaxrl_configs, "--purejaxrl-configs")
     if args.purejaxrl_src and not args.peer_python:
         p.error("--purejaxrl-src needs --peer-python (PureJaxRL runs in the peers' interpreter)")
-    # Each implementation: label -> function(cfg) -> result dict.
+    if args.purejaxrl_configs is not None:
+        if not args.purejaxrl_src:
+            p.error("--purejaxrl-configs needs --purejaxrl-src")
+        if set(pjx_names) - set(names):
+            p.error(f"--purejaxrl-configs {sorted(set(pjx_names) - set(names))} are not among --configs")
+    # Each implementation: label -> function(config name, config) -> result dict.
     totals = {name: args.total_timesteps for name in names}
     for item in args.timesteps:
         name, _, n = item.partition("=")
