@@ -13,6 +13,7 @@ import pytest
 
 import fusedrl.bench
 from fusedrl.bench import envs as bench_envs
+from fusedrl.sweep import usable_cores
 
 TINY = ["--num-envs", "1,4", "--steps", "5", "--repeats", "1", "--min-time", "0"]
 
@@ -86,10 +87,16 @@ def test_module_entry_point_reports_unknown_subcommand():
 def test_sweep_bench_runs_and_reports_rows(capsys):
     from fusedrl.bench import sweep as bench_sweep
 
-    argv = ["--agents", "1,2", "--num-updates", "1", "--min-time", "0", "--json"]
+    argv = ["--agents", "1,2", "--streams", "auto,1,2", "--num-updates", "1", "--min-time", "0", "--json"]
     assert bench_sweep.main(argv) in (0, None)
-    out = capsys.readouterr().out
-    assert '"agents": 1' in out.replace("'", '"') and '"agents": 2' in out.replace("'", '"'), out
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["agents"], r["streams"]) for r in rows] == [
+        (1, 1), (1, 1), (1, 2), (2, min(2, usable_cores())), (2, 1), (2, 2)]
+    assert all(r["sps"] > 0 and r["compile_s"] >= 0 for r in rows)
+    table = bench_sweep.format_table(rows)
+    assert "streams" in table.splitlines()[0] and len(table.splitlines()) == 7
+    with pytest.raises(SystemExit):
+        bench_sweep.main(["--streams", "0"])
 
 
 def test_presets_bench_runs_one_tiny_row(capsys):
@@ -108,6 +115,14 @@ def test_ppo_bench_measures_our_run():
     row = run_ours(seeds=2, num_envs=4, num_steps=16, total=4 * 16 * 2)
     assert row["impl"] == "fusedrl" and row["sps"] > 0 and row["compile_s"] > 0
     assert 0 < row["ret"] <= 500
+
+
+def test_ppo_bench_measures_our_sweep():
+    from fusedrl.bench.ppo import run_ours_sweep
+
+    row = run_ours_sweep(seeds=2, num_envs=4, num_steps=16, total=4 * 16 * 2)
+    assert row["impl"] == "fusedrl-sweep" and row["sps"] > 0 and row["compile_s"] >= 0
+    assert row["train_s"] > 0 and 0 < row["ret"] <= 500
 
 
 def test_ppo_bench_peer_errors_are_clear(tmp_path):
@@ -133,14 +148,17 @@ def test_ppo_bench_many_agents_goal_divides_our_64_by_each_peer():
     from fusedrl.bench.ppo import many_agents_goal
 
     rows = [
-        {"config": "seeds8", "fusedrl": {"sps": 110.0}, "purejaxrl": {"sps": 100.0},
-         "rejax": {"sps": 80.0}, "ratio_vs_rejax": 1.4},
-        {"config": "seeds64", "fusedrl": {"sps": 150.0}, "rejax": {"sps": 120.0},
-         "purejaxrl": {"hangs": 3}},  # hung in every attempt: no ratio
+        {"config": "seeds8", "fusedrl": {"sps": 110.0}, "fusedrl-sweep": {"sps": 200.0},
+         "purejaxrl": {"sps": 100.0}, "rejax": {"sps": 80.0}, "ratio_fusedrl_vs_rejax": 1.4},
+        {"config": "seeds64", "fusedrl": {"sps": 150.0}, "fusedrl-sweep": {"sps": 300.0},
+         "rejax": {"sps": 120.0}, "purejaxrl": {"hangs": 3}},  # hung in every attempt: no ratio
     ]
-    text = "\n".join(many_agents_goal(rows))
-    assert "1.50x purejaxrl at seeds8" in text and "1.88x rejax at seeds8" in text
-    assert "1.25x rejax at seeds64" in text and "purejaxrl at seeds64" not in text
+    vmap, swept = "\n".join(many_agents_goal(rows)).split("many agents: fusedrl-sweep")
+    assert "many agents: fusedrl at 64 agents 150" in vmap and swept.startswith(" at 64 agents 300")
+    assert "1.50x purejaxrl at seeds8" in vmap and "1.88x rejax at seeds8" in vmap
+    assert "1.25x rejax at seeds64" in vmap and "purejaxrl at seeds64" not in vmap
+    assert "3.00x purejaxrl at seeds8" in swept and "2.50x rejax at seeds64" in swept
+    assert "fusedrl-sweep at seeds8" not in swept  # ours are never divided by ours
     assert many_agents_goal(rows[:1]) == []  # needs both configs
 
 

@@ -147,6 +147,71 @@ def test_to_csv_and_plot(tmp_path):
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lr=0.0001", "lr=0.0003"]
 
 
+# ---------------------------------------------------------------------------------- streams
+@pytest.mark.parametrize("streams", [1, 4])
+def test_streams_agree_with_the_default_in_run_order(swept, streams):
+    """streams=1 is the one vmapped program; 4 streams split the 6 runs as 2+2+2+(0 padded to 2).
+    Both agree with the fixture's default (2 streams on a 2-core CPU) run by run."""
+    config, r, _ = swept
+    other = sweep(config, 2, lr=LRS, key=jax.random.key(7), streams=streams)
+    assert other.shape == r.shape
+    for name, value in r.metrics.items():
+        if name in EXACT:
+            np.testing.assert_array_equal(other.metrics[name], value, err_msg=name)
+        else:
+            np.testing.assert_allclose(other.metrics[name], value, err_msg=name, **TOL)
+    for a, b in zip(jax.tree.leaves(other.result.params), jax.tree.leaves(r.result.params), strict=True):
+        np.testing.assert_allclose(a, b, **TOL)
+
+
+def test_streams_run_their_shares_on_separate_threads_in_order():
+    import threading
+
+    seen = []
+    together = threading.Barrier(3, timeout=30)  # broken unless the 3 shares run at the same time
+
+    class Program:  # stands in for the jitted lax.map program: returns its keys, notes its thread
+        def lower(self, keys, swept, base):
+            return self
+
+        def compile(self):
+            return self
+
+        def __call__(self, keys, swept, base):
+            seen.append(threading.current_thread().name)
+            together.wait()
+            return {"keys": keys, "lr": swept["lr"]}
+
+    keys = np.arange(12, dtype=np.uint32).reshape(6, 2)
+    out = sweep_module._run_streams(Program(), 3, keys, {"lr": np.arange(6.0)}, base={})
+    np.testing.assert_array_equal(out["keys"], keys)
+    np.testing.assert_array_equal(out["lr"], np.arange(6.0))
+    assert len(seen) == 3 and len(set(seen)) == 3 and all(n.startswith("fusedrl-sweep") for n in seen)
+
+
+def test_default_streams_follow_the_devices():
+    cpu = jax.devices("cpu")[0]
+    cores = sweep_module.usable_cores()
+    assert sweep_module._num_streams(None, (cpu,), 64) == min(64, cores)
+    assert sweep_module._num_streams(None, (cpu,), 1) == 1
+    assert sweep_module._num_streams(None, (cpu, cpu), 64) == 1  # devices split the runs instead
+    assert sweep_module._num_streams(3, (cpu,), 2) == 3
+
+
+def test_sweep_cli_progress_counts_calls_across_runs():
+    import io
+
+    from fusedrl.sweep_cli import _Progress
+
+    out = io.StringIO()
+    progress = _Progress(num_runs=3, calls_per_run=10, steps_per_call=100, file=out)
+    for _ in range(3 * 10 + 2):  # two more calls from a padding run
+        progress({"env_steps": 0})
+    lines = out.getvalue().splitlines()
+    assert [float(x.split("%")[0]) for x in lines] == pytest.approx([10 * i for i in range(1, 11)], abs=0.5)
+    assert "steps/s total" in lines[-1]
+
+
 # ----------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize(
     "kwargs, words",
@@ -162,6 +227,9 @@ def test_to_csv_and_plot(tmp_path):
         (dict(mode="random", lr=(1e-5, 1e-3)), ["num_samples"]),
         (dict(mode="sobol", lr=[1e-3]), ["mode must be one of"]),
         (dict(seed=[0, 1]), ["num_seeds"]),
+        (dict(streams=0), ["streams must be a positive int"]),
+        (dict(streams="2"), ["streams must be a positive int"]),
+        (dict(streams=2, devices=jax.devices("cpu") * 2), ["streams=2", "one CPU device", "2 cpu device"]),
     ],
 )
 def test_clear_errors(kwargs, words):

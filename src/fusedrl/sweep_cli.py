@@ -26,6 +26,7 @@ import dataclasses
 import json
 import math
 import sys
+import threading
 import time
 import typing
 from pathlib import Path
@@ -218,31 +219,33 @@ def default_out(env_id: str, root: Path = Path("runs")) -> Path:
 
 # ------------------------------------------------------------------------------------ progress
 class _Progress:
-    """Plain progress lines on stderr, about every 10% of the run.
+    """Plain progress lines on stderr, about every 10% of the sweep.
 
-    Under vmap the trainer's callback is called once per run per callback update, in no fixed
-    order; the furthest env-step count seen is the sweep's progress.
+    The trainer's callback is called once per run per `every` updates: from one program in no
+    fixed order (vmap), or from several host threads, each going through its runs one after
+    another (streams). Either way the share of calls made so far is the sweep's progress.
     """
 
-    def __init__(self, total_steps: int, num_runs: int, file=sys.stderr):
-        self.total, self.num_runs, self.file = total_steps, num_runs, file
-        self.seen, self.next_mark = 0, 0.1
-        self.first: tuple[int, float] | None = None  # (steps, time) of the first report
+    def __init__(self, num_runs: int, calls_per_run: int, steps_per_call: int, file=sys.stderr):
+        self.expected = max(num_runs * calls_per_run, 1)
+        self.steps_per_call, self.file = steps_per_call, file
+        self.calls, self.next_mark = 0, 0.1
+        self.lock = threading.Lock()
+        self.start: float | None = None  # time of the first report: compile time excluded
 
     def __call__(self, metrics) -> None:
-        steps = int(np.max(np.asarray(metrics["env_steps"])))
-        if steps <= self.seen:
-            return
-        self.seen = steps
-        now = time.perf_counter()
-        if self.first is None:  # the clock starts at the first report: compile time excluded
-            self.first = (steps, now)
-        frac = steps / self.total
-        if frac + 1e-9 >= self.next_mark:
-            done, elapsed = steps - self.first[0], now - self.first[1]
-            rate = f"  ~{done * self.num_runs / elapsed:,.0f} steps/s total" if elapsed > 0 else ""
-            print(f"  {100 * frac:5.1f}%  {steps:,} env steps per run{rate}", file=self.file, flush=True)
-            self.next_mark = math.floor(frac * 10 + 1e-9) / 10 + 0.1
+        with self.lock:
+            self.calls += 1
+            now = time.perf_counter()
+            if self.start is None:
+                self.start = now
+                return
+            frac = min(self.calls / self.expected, 1.0)  # padding runs call it too
+            if frac + 1e-9 >= self.next_mark:
+                elapsed = now - self.start
+                rate = (self.calls - 1) * self.steps_per_call / elapsed if elapsed > 0 else 0.0
+                print(f"  {100 * frac:5.1f}%  ~{rate:,.0f} steps/s total", file=self.file, flush=True)
+                self.next_mark = math.floor(frac * 10 + 1e-9) / 10 + 0.1
 
 
 # ---------------------------------------------------------------------------------------- run
@@ -281,7 +284,7 @@ def _run(args) -> int:
                 math.prod(len(v) for v in axes.values()) if mode == "grid"
                 else (len(next(iter(axes.values()))) if axes else 1)
             )
-        progress = _Progress(config.env_steps, runs)
+        progress = _Progress(runs, config.num_updates // every, every * config.batch_size)
     print(f"sweep {config.env_id}: mode={mode}, {args.num_seeds} seed(s), axes "
           f"{', '.join(axes) or '(none)'}; compiling...", file=sys.stderr, flush=True)
     start = time.perf_counter()

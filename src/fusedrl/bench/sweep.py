@@ -1,31 +1,35 @@
-"""Aggregate env steps/s of N vmapped CartPole PPO agents in one program (fusedrl.sweep).
+"""Aggregate env steps/s of N CartPole PPO agents trained at once by `fusedrl.sweep`.
 
-    python -m fusedrl.bench sweep [--agents 1,8,64,256] [--num-updates 10] [--min-time 2] [--json]
+    python -m fusedrl.bench sweep [--agents 1,8,64,256] [--streams auto,1] [--num-updates 10]
+                                  [--min-time 2] [--json]
 
 Every agent runs PureJaxRL's CartPole config (4 envs x 128 steps, 4 epochs, 4 minibatches,
-2x64 tanh, lr 2.5e-4 annealed) for `--num-updates` updates; N agents are the runs of one
-`fusedrl.sweep` program (a vmap over keys and a swept learning rate, all equal here). Throughput
-is the same for every update, so a short run measures it; total_timesteps only scales the time.
+2x64 tanh, lr 2.5e-4 annealed) for `--num-updates` updates; N agents are the N seeds of one
+`fusedrl.sweep` call. Throughput is the same for every update, so a short run measures it;
+total_timesteps only scales the time.
 
-For each N the program is compiled first and that time is reported apart (`.lower().compile()`);
-then the compiled program runs once untimed, and is timed over repeated calls until `--min-time`
-seconds and at least `--repeats` calls have passed; the table reports the median call. Columns:
-aggregate env steps/s (all agents), per agent steps/s, seconds per agent per 1M env steps, and
-the speedup of aggregate steps/s over one agent. The machine may be shared: numbers are noisy.
+`--streams` lists how the sweep executes, one table row per agent count and value: `auto` is
+`sweep`'s default (on one CPU device, one host thread per usable core, each running its share of
+the agents one after another), `1` is one vmapped program of all agents, k is k threads.
+
+For each (N, streams) the first `sweep` call compiles and runs; its time minus that of a later
+call is reported as compile time. Then calls are timed until `--min-time` seconds and at least
+`--repeats` calls have passed; the table reports the median call (the whole public call: layout,
+execution, results fetched to the host). Columns: aggregate env steps/s (all agents), per agent
+steps/s, seconds per agent per 1M env steps, and the speedup of aggregate steps/s over one agent
+of the same strategy. The machine may be shared: numbers are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 
 import jax
-import numpy as np
 
 DEFAULT_AGENTS = (1, 8, 64, 256)
 
@@ -53,43 +57,50 @@ def config_for(num_updates: int):
     )
 
 
-def measure(num_agents: int, num_updates: int, min_time: float, repeats: int) -> dict:
-    """Compile time and median execution time of `num_agents` agents in one sweep program."""
+def _streams_list(text: str) -> list[int | None]:
+    error = argparse.ArgumentTypeError(f"expected comma-separated 'auto' or positive integers, got {text!r}")
+    out: list[int | None] = []
+    for t in (t.strip() for t in text.split(",")):
+        if t == "auto":
+            out.append(None)
+        elif t.isdigit() and int(t) >= 1:
+            out.append(int(t))
+        elif t:
+            raise error
+    if not out:
+        raise error
+    return out
+
+
+def measure(num_agents: int, num_updates: int, min_time: float, repeats: int,
+            streams: int | None = None) -> dict:
+    """First-call (compile) time and median call time of `fusedrl.sweep` over `num_agents` seeds."""
     import importlib
 
     # `fusedrl.sweep` is the public function; its module is reached through importlib.
     S = importlib.import_module("fusedrl.sweep")
-    from fusedrl.train import make_train
 
     config = config_for(num_updates)
     devices = tuple(jax.devices())
-    key = jax.random.key(0)
-    program, sharding = S._program(S._static_part(config), (("lr", "hp"),), devices,
-                                   str(jax.random.key_impl(key)), None, 1)
-    padded = -(-num_agents // len(devices)) * len(devices)
-    keys = np.asarray(jax.random.key_data(jax.random.split(key, padded)))
-    args = (
-        S._global_array(keys, sharding),
-        {"lr": S._global_array(np.full(padded, config.lr, np.float32), sharding)},
-        jax.tree.map(np.asarray, make_train(config).default_hparams()),
-    )
-    start = time.perf_counter()
-    compiled = program.lower(*args).compile()
-    compile_s = time.perf_counter() - start
-    jax.block_until_ready(compiled(*args))  # warm-up: first-call allocations are not timed
+
+    def call():
+        t = time.perf_counter()
+        S.sweep(config, num_agents, keep_state=False, streams=streams)
+        return time.perf_counter() - t
+
+    first = call()
     times: list[float] = []
     begin = time.perf_counter()
     while len(times) < repeats or time.perf_counter() - begin < min_time:
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t)
+        times.append(call())
     seconds = statistics.median(times)
     steps = num_agents * config.env_steps
     return {
         "agents": num_agents,
+        "streams": S._num_streams(streams, devices, num_agents),
         "devices": len(devices),
         "env_steps_per_agent": config.env_steps,
-        "compile_s": compile_s,
+        "compile_s": max(first - seconds, 0.0),
         "run_s": seconds,
         "calls": len(times),
         "sps": steps / seconds,
@@ -99,15 +110,16 @@ def measure(num_agents: int, num_updates: int, min_time: float, repeats: int) ->
 
 
 def format_table(rows: list[dict]) -> str:
-    base = rows[0]["sps"] / rows[0]["agents"] if rows else math.nan
-    header = ("agents", "compile s", "run s", "aggregate SPS", "SPS/agent", "s/agent/1M steps",
-              "speedup vs 1")
+    base = {r["streams"]: r["sps"] / r["agents"] for r in rows if r["agents"] == 1}
+    header = ("agents", "streams", "compile s", "run s", "aggregate SPS", "SPS/agent",
+              "s/agent/1M steps", "speedup vs 1")
     lines = [header]
     for r in rows:
+        one = base.get(r["streams"], base.get(1))
         lines.append((
-            str(r["agents"]), f"{r['compile_s']:.1f}", f"{r['run_s']:.3f}", f"{r['sps']:,.0f}",
-            f"{r['sps_per_agent']:,.0f}", f"{r['s_per_agent_per_1m_steps']:.2f}",
-            f"{r['sps'] / base:.1f}x",
+            str(r["agents"]), str(r["streams"]), f"{r['compile_s']:.1f}", f"{r['run_s']:.3f}",
+            f"{r['sps']:,.0f}", f"{r['sps_per_agent']:,.0f}", f"{r['s_per_agent_per_1m_steps']:.2f}",
+            f"{r['sps'] / one:.1f}x" if one else "-",
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines)
@@ -117,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrl.bench sweep", description=__doc__.splitlines()[0])
     p.add_argument("--agents", type=_int_list, default=list(DEFAULT_AGENTS),
                    help="comma-separated agent counts (default 1,8,64,256)")
+    p.add_argument("--streams", type=_streams_list, default=[None, 1],
+                   help="comma-separated sweep strategies: auto (sweep's default), 1 (one vmap), "
+                        "k threads (default auto,1)")
     p.add_argument("--num-updates", type=int, default=10, help="PPO updates per agent (default 10)")
     p.add_argument("--min-time", type=float, default=2.0, help="seconds of timed calls per count")
     p.add_argument("--repeats", type=int, default=1, help="at least this many timed calls per count")
@@ -129,10 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.num_updates} updates per agent", file=sys.stderr, flush=True)
     rows = []
     for n in args.agents:
-        rows.append(measure(n, args.num_updates, args.min_time, args.repeats))
-        r = rows[-1]
-        print(f"  {n} agents: compile {r['compile_s']:.1f} s, {r['sps']:,.0f} env steps/s",
-              file=sys.stderr, flush=True)
+        for streams in args.streams:
+            rows.append(measure(n, args.num_updates, args.min_time, args.repeats, streams))
+            r = rows[-1]
+            print(f"  {n} agents, {r['streams']} stream(s): compile {r['compile_s']:.1f} s, "
+                  f"{r['sps']:,.0f} env steps/s", file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
 
