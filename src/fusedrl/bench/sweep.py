@@ -23,6 +23,7 @@ of the same strategy. The machine may be shared: numbers are noisy.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import sys
@@ -75,8 +76,6 @@ def _streams_list(text: str) -> list[int | None]:
 def measure(num_agents: int, num_updates: int, min_time: float, repeats: int,
             streams: int | None = None) -> dict:
     """First-call (compile) time and median call time of `fusedrl.sweep` over `num_agents` seeds."""
-    import importlib
-
     # `fusedrl.sweep` is the public function; its module is reached through importlib.
     S = importlib.import_module("fusedrl.sweep")
 
@@ -143,8 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh, "
           f"{args.num_updates} updates per agent", file=sys.stderr, flush=True)
     rows = []
+    S = importlib.import_module("fusedrl.sweep")
     for n in args.agents:
+        done = set()
         for streams in args.streams:
+            resolved = S._num_streams(streams, tuple(jax.devices()), n)
+            if resolved in done:  # e.g. auto and 1 at one agent: the same program, measured once
+                continue
+            done.add(resolved)
             rows.append(measure(n, args.num_updates, args.min_time, args.repeats, streams))
             r = rows[-1]
             print(f"  {n} agents, {r['streams']} stream(s): compile {r['compile_s']:.1f} s, "
