@@ -12,7 +12,10 @@ Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps p
            `python -m fusedrl.bench sweep`, here against the peer; give it fewer steps, e.g.
            `--timesteps seeds64=51200`)
 
-Compile time is measured apart (`.lower().compile()`); steps/s times execution only. With
+Compile time is measured apart (`.lower().compile()`); steps/s times execution only. Ours runs
+seeds as the peers do (`jax.jit(jax.vmap(train))`, "fusedrl") and, at the multi-seed configs,
+also through `fusedrl.sweep` ("fusedrl-sweep": on one CPU device, one host thread per core; its
+first call compiles and runs, the second is timed and the difference is its compile time). With
 `--peer-python`, the peer script `../shared/peers/rejax_ppo.py` runs in that interpreter for each
 config; with `--purejaxrl-src DIR` as well, PureJaxRL's own `purejaxrl/ppo.py` (from DIR, run by
 `fusedrl/bench/_purejaxrl_peer.py` in the same interpreter) runs too. Every repeat runs all
