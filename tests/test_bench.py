@@ -87,11 +87,11 @@ def test_module_entry_point_reports_unknown_subcommand():
 def test_sweep_bench_runs_and_reports_rows(capsys):
     from fusedrl.bench import sweep as bench_sweep
 
-    argv = ["--agents", "1,2", "--streams", "auto,1", "--num-updates", "1", "--min-time", "0", "--json"]
+    argv = ["--agents", "2", "--streams", "auto,1", "--num-updates", "1", "--min-time", "0", "--json"]
     assert bench_sweep.main(argv) in (0, None)
     rows = json.loads(capsys.readouterr().out)
-    # auto is 1 stream at one agent (measured once: the same program as 1) and min(2, cores) at two
-    want = [(1, 1)] + ([(2, 2), (2, 1)] if usable_cores() > 1 else [(2, 1)])
+    # auto is min(2, cores) streams at two agents; on one core it is 1, measured once
+    want = [(2, 2), (2, 1)] if usable_cores() > 1 else [(2, 1)]
     assert [(r["agents"], r["streams"]) for r in rows] == want
     assert all(r["sps"] > 0 and r["compile_s"] >= 0 for r in rows)
     table = bench_sweep.format_table(rows)
