@@ -222,8 +222,9 @@ def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name
 
 
-def test_large_batch_shuffle_path_trains(small, monkeypatch):
-    """Batches above SMALL_BATCH_SHUFFLE draw all epochs' permutations up front (train/shuffle.py)."""
+def test_large_batch_shuffle_path_trains_the_same_agent(small, monkeypatch):
+    """Batches above SMALL_BATCH_SHUFFLE draw each epoch's permutation one epoch ahead; epoch i
+    still uses the permutation of key i, so both paths train the same agent."""
     import fusedrl.train.ppo as ppo_module
 
     config, _, _, result = small
@@ -231,10 +232,9 @@ def test_large_batch_shuffle_path_trains(small, monkeypatch):
     other = jax.jit(make_train(config))(jax.random.key(0))
     assert int(other.metrics["episodes_completed"].sum()) > 0
     for name, x in other.metrics.items():
-        assert np.all(np.isfinite(np.asarray(x, np.float64))), name
-    # Same rollouts in the first update, different minibatch order: different losses.
-    np.testing.assert_array_equal(other.metrics["episode_return"][0], result.metrics["episode_return"][0])
-    assert not np.array_equal(other.metrics["policy_loss"], result.metrics["policy_loss"])
+        np.testing.assert_allclose(x, result.metrics[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    assert config.update_epochs > 1  # so that drawing ahead has an epoch to get wrong
 
 
 # ----------------------------------------------------------------------------- env varieties

@@ -304,26 +304,41 @@ class PPO:
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
 
-        def epoch(carry, key_or_perm):  # an epoch's key (small batches) or its permutation
-            perm = permutations(key_or_perm, 1, batch_size)[0] if small else key_or_perm
+        def draw(k):
+            return permutations(k, 1, batch_size)[0]
+
+        def shuffle_and_step(carry, perm):
             shuffled = jax.tree.map(
                 lambda x: x[perm].reshape((c.num_minibatches, -1) + x.shape[1:]), batch
             )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
+        def epoch(carry, k):  # small batches: the epoch draws its own permutation
+            return shuffle_and_step(carry, draw(k))
+
+        def epoch_ahead(carry, xs):  # large batches: it draws the next epoch's
+            carry, perm = carry
+            i, k_next = xs
+            # No draw after the last epoch (a cond: measured +3% over drawing and discarding it).
+            perm_next = jax.lax.cond(i + 1 < c.update_epochs, draw, lambda k: perm, k_next)
+            carry, stats = shuffle_and_step(carry, perm)
+            return (carry, perm_next), stats
+
         # Permutations from packed-key sorts (train/shuffle.py: 2x cheaper than jax.random.permutation
-        # at 512 elements, 3.6x at 32768). Large batches draw every epoch's permutation up front (one
-        # batched sort). Small ones draw each epoch's inside the epoch, from its key: with them drawn
-        # up front, the 1-agent x 512-sample run was 1.3x slower end to end on a 2-core CPU (XLA's
-        # thunk executor farmed the loop's tiny kernels out to the second core; README benchmark
-        # notes). Inside the epoch, packed rather than jax.random.permutation: +13% steps/s at 8
-        # vmapped agents (the sorts were ~13% of the update there), no change at 1 agent.
-        small = batch_size <= SMALL_BATCH_SHUFFLE
-        if small:
-            xs = jax.random.split(key, c.update_epochs)
+        # at 512 elements, 3.6x at 32768). Small batches draw each epoch's inside the epoch, from its
+        # key: drawn up front, the 1-agent x 512-sample run was 1.3x slower end to end on a 2-core CPU
+        # (XLA's thunk executor farmed the loop's tiny kernels out to the second core; README
+        # benchmark notes). Large batches draw each epoch's one epoch ahead: the sort does not depend
+        # on that epoch's minibatch steps, so XLA runs the two side by side instead of one after the
+        # other (the sort of 32768 keys is single-threaded on CPU).
+        keys = jax.random.split(key, c.update_epochs)
+        if batch_size <= SMALL_BATCH_SHUFFLE:
+            (params, opt_state), stats = jax.lax.scan(epoch, (params, opt_state), keys)
         else:
-            xs = permutations(key, c.update_epochs, batch_size)
-        (params, opt_state), stats = jax.lax.scan(epoch, (params, opt_state), xs)
+            ahead = (jnp.arange(c.update_epochs), jnp.concatenate([keys[1:], keys[:1]]))  # last unused
+            ((params, opt_state), _), stats = jax.lax.scan(
+                epoch_ahead, ((params, opt_state), draw(keys[0])), ahead
+            )
         return params, opt_state, jax.tree.map(jnp.mean, stats)
 
     def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
