@@ -237,6 +237,18 @@ def test_large_batch_shuffle_path_trains_the_same_agent(small, monkeypatch):
     assert config.update_epochs > 1  # so that drawing ahead has an epoch to get wrong
 
 
+def test_unrolled_rollout_trains_the_same_agent(small, monkeypatch):
+    """Rollouts of few envs unroll their step loop (speed only): same agent as the rolled loop."""
+    import fusedrl.train.ppo as ppo_module
+
+    config, _, _, result = small
+    assert config.num_envs <= ppo_module.ROLLOUT_UNROLL_MAX_ENVS and ppo_module.ROLLOUT_UNROLL > 1
+    monkeypatch.setattr(ppo_module, "ROLLOUT_UNROLL", 1)
+    other = jax.jit(make_train(config))(jax.random.key(0))
+    for name, x in other.metrics.items():
+        np.testing.assert_allclose(x, result.metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 # ----------------------------------------------------------------------------- env varieties
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
 def test_other_action_and_observation_spaces_train(env_id):

@@ -46,9 +46,13 @@ METRIC_NAMES = (
 PREDRAW_MAX_BYTES = 256 * 2**20
 
 
-#: Batches up to this size draw each epoch's permutation inside the epoch; larger ones draw all
-#: epochs' permutations at once (both with `fusedrl.train.shuffle.permutations`; see `PPO.learn`).
+#: Batches up to this size draw each epoch's permutation inside the epoch; larger ones draw it one
+#: epoch ahead (both with `fusedrl.train.shuffle.permutations`; see `PPO.learn`).
 SMALL_BATCH_SHUFFLE = 4096
+
+#: Rollouts of at most this many envs unroll their step loop ROLLOUT_UNROLL times (see `PPO.rollout`).
+ROLLOUT_UNROLL_MAX_ENVS = 64
+ROLLOUT_UNROLL = 4
 
 
 class Transition(NamedTuple):
@@ -263,7 +267,14 @@ class PPO:
         draws = None
         if venv.predraw_bytes(hparams.env_params, c.num_steps) <= PREDRAW_MAX_BYTES:
             draws = venv.predraw(k_env, hparams.env_params, c.num_steps)
-        (env_state, obs), traj = jax.lax.scan(step, (state.env_state, state.obs), (noise, draws))
+        # A step of a few envs is a few microseconds of work per kernel, so the loop's own cost per
+        # iteration counts: unrolled 4x, steps/s rose 6-19% at 1 agent x 4 envs and 28% at 8 vmapped
+        # agents (paired in-process A/Bs on a 2-core CPU); at 2048 envs it fell 11%, so wide
+        # rollouts stay rolled. The cut-off between (64 envs) is not measured.
+        unroll = ROLLOUT_UNROLL if state.obs.shape[0] <= ROLLOUT_UNROLL_MAX_ENVS else 1
+        (env_state, obs), traj = jax.lax.scan(
+            step, (state.env_state, state.obs), (noise, draws), unroll=unroll
+        )
         return state.replace(env_state=env_state, obs=obs), traj
 
     # ---------------------------------------------------------------------------------- update
