@@ -201,21 +201,33 @@ def _vec_state(env_state):
     return env_state
 
 
+def _retrain_with(small, monkeypatch, **constants):
+    """The `small` fixture's run (key 0) again, with module constants of train/ppo.py replaced."""
+    import fusedrl.train.ppo as ppo_module
+
+    for name, value in constants.items():
+        monkeypatch.setattr(ppo_module, name, value)
+    return jax.jit(make_train(small[0]))(jax.random.key(0))
+
+
+def _assert_same_metrics(a, b):
+    for name, x in a.metrics.items():
+        np.testing.assert_allclose(x, b.metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
     """Rollouts take every reset from `VecEnv.predraw` (the per-env pool is never used); when the
     predraw would exceed PREDRAW_MAX_BYTES they use the pool instead, and still train."""
-    import fusedrl.train.ppo as ppo_module
 
     def pool_key(state):  # the VecEnv's own key changes only when its pool is redrawn
         return np.asarray(jax.random.key_data(_vec_state(state.env_state).key))
 
-    config, train, _, result = small
+    _, train, _, result = small
     start = pool_key(train.init(jax.random.key(0)))
     assert int(result.metrics["episodes_completed"].sum()) > 0
     assert bool(_vec_state(result.state.env_state).pool_fresh.all())
     np.testing.assert_array_equal(pool_key(result.state), start)
-    monkeypatch.setattr(ppo_module, "PREDRAW_MAX_BYTES", 0)
-    pooled = jax.jit(make_train(config))(jax.random.key(0))
+    pooled = _retrain_with(small, monkeypatch, PREDRAW_MAX_BYTES=0)
     assert int(pooled.metrics["episodes_completed"].sum()) > 0
     assert not np.array_equal(pool_key(pooled.state), start)
     for name, x in pooled.metrics.items():
@@ -225,16 +237,11 @@ def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
 def test_large_batch_shuffle_path_trains_the_same_agent(small, monkeypatch):
     """Batches above SMALL_BATCH_SHUFFLE draw each epoch's permutation one epoch ahead; epoch i
     still uses the permutation of key i, so both paths train the same agent."""
-    import fusedrl.train.ppo as ppo_module
-
     config, _, _, result = small
-    monkeypatch.setattr(ppo_module, "SMALL_BATCH_SHUFFLE", 0)
-    other = jax.jit(make_train(config))(jax.random.key(0))
-    assert int(other.metrics["episodes_completed"].sum()) > 0
-    for name, x in other.metrics.items():
-        np.testing.assert_allclose(x, result.metrics[name], rtol=1e-5, atol=1e-6,
-                                   err_msg=name)
     assert config.update_epochs > 1  # so that drawing ahead has an epoch to get wrong
+    other = _retrain_with(small, monkeypatch, SMALL_BATCH_SHUFFLE=0)
+    assert int(other.metrics["episodes_completed"].sum()) > 0
+    _assert_same_metrics(other, result)
 
 
 def test_unrolled_rollout_trains_the_same_agent(small, monkeypatch):
@@ -243,10 +250,7 @@ def test_unrolled_rollout_trains_the_same_agent(small, monkeypatch):
 
     config, _, _, result = small
     assert config.num_envs <= ppo_module.ROLLOUT_UNROLL_MAX_ENVS and ppo_module.ROLLOUT_UNROLL > 1
-    monkeypatch.setattr(ppo_module, "ROLLOUT_UNROLL", 1)
-    other = jax.jit(make_train(config))(jax.random.key(0))
-    for name, x in other.metrics.items():
-        np.testing.assert_allclose(x, result.metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    _assert_same_metrics(_retrain_with(small, monkeypatch, ROLLOUT_UNROLL=1), result)
 
 
 # ----------------------------------------------------------------------------- env varieties
