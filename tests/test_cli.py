@@ -82,6 +82,35 @@ def test_monitor_regroups_calls_arriving_in_any_order():
     assert [(u, [r["seed"] for r in rows]) for u, rows in rec.calls] == [(1, [0, 1, 2]), (2, [0, 1, 2])]
 
 
+def test_num_streams_splits_seeds_evenly_over_the_cores(monkeypatch):
+    import importlib
+
+    sweep_module = importlib.import_module("fusedrl.sweep")  # `fusedrl.sweep` is the function
+    monkeypatch.setattr(sweep_module, "usable_cores", lambda: 4)
+    assert [runs.num_streams(n) for n in (1, 2, 3, 4, 6, 8, 9)] == [1, 2, 3, 4, 3, 4, 3]
+    monkeypatch.setattr(sweep_module, "usable_cores", lambda: 2)
+    assert [runs.num_streams(n) for n in (1, 2, 3, 8)] == [1, 2, 1, 2]
+
+
+def test_seeds_split_over_threads_train_as_the_single_vmap(trained):
+    """Two streams (one seed per thread, numbered from first_seed) against one vmap of both seeds:
+    the same runs up to float32 rounding (the two programs are compiled for different batch sizes)."""
+    config = trained[0]
+    keys = jax.random.split(jax.random.key(3), 2)
+    out = {}
+    for streams in (2, 1):
+        train, run, _ = runs._compiled(config, 2, 0, streams)
+        out[streams] = run(keys, train.default_hparams())
+    for name, value in out[1].metrics.items():
+        assert value.shape == (2, config.num_updates), name
+        np.testing.assert_allclose(out[2].metrics[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+    for a, b in zip(jax.tree.leaves(out[2].params), jax.tree.leaves(out[1].params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(out[1].metrics["policy_loss"][0], out[1].metrics["policy_loss"][1])
+    with pytest.raises(ValueError, match="must divide num_seeds"):
+        runs._compiled(config, 3, 0, 2)
+
+
 # ------------------------------------------------------------------------------- run folder
 def test_run_folder_contents(trained):
     config, run, _, run_dir, out, err = trained

@@ -30,7 +30,8 @@ class CLIError(Exception):
 
 DESCRIPTION = """\
 On-policy RL fused into one JAX program: environments, rollouts and PPO updates are
-compiled together and run on the device; many seeds train at once with jax.vmap."""
+compiled together and run on the device; many seeds train at once (jax.vmap; on a CPU, one
+vmapped program per core, each on its share of the seeds)."""
 
 TRAIN_EPILOG = """\
 examples:
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--env", metavar="ID", help="environment id (see `fusedrl envs`); uses its preset")
     t.add_argument("--config", metavar="FILE", type=Path,
                    help="a config.json of an earlier run (or a JSON/TOML file of PPOConfig fields)")
-    t.add_argument("--num-seeds", type=int, metavar="N", help="seeds trained at once with vmap (default 1)")
+    t.add_argument("--num-seeds", type=int, metavar="N",
+                   help="seeds trained at once (default 1; on a CPU, split over the cores)")
     t.add_argument("--seed", type=int, metavar="S", help="base random seed (default 0)")
     t.add_argument("--total-timesteps", type=int, metavar="T", help="env steps per seed")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",

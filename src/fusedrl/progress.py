@@ -7,9 +7,10 @@ in the metrics says which seed they belong to. `SeedTaggedPPO` therefore adds th
 (`lax.axis_index` of the vmapped axis) to each update's metrics, and `Monitor` gathers the calls
 of one update until every seed has reported, then hands the rows to the loggers in seed order.
 
-On CPU the callbacks run on the thread that launched the program, so a Ctrl-C is delivered
-inside one of them. `interrupt_guard` turns SIGINT into a flag that `Monitor` checks before it
-writes anything, so an interrupted run never leaves a half-written row.
+On CPU the callbacks run on the thread that launched the program (`fusedrl.runs` launches one per
+core, so `Monitor` takes a lock), and a Ctrl-C can arrive inside one of them. `interrupt_guard`
+turns SIGINT into a flag that `Monitor` checks before it writes anything, so an interrupted run
+never leaves a half-written row.
 """
 
 from __future__ import annotations
@@ -32,15 +33,27 @@ SEED_AXIS = "seed"  # the axis name `jax.vmap` must use for `SeedTaggedPPO`
 
 
 class SeedTaggedPPO(PPO):
-    """PPO whose per-update metrics carry `"seed"`, the index along the vmapped `SEED_AXIS`.
+    """PPO whose per-update metrics carry `"seed"`: `first_seed` plus the index along the vmapped
+    `SEED_AXIS`.
 
     Only meaningful under `jax.vmap(train, axis_name=SEED_AXIS)`; the extra metric is an int32
-    [num_seeds, num_updates] array in the result (drop it with `drop_seed_metric`).
+    [num_seeds, num_updates] array in the result (drop it with `drop_seed_metric`). `first_seed`
+    (an int, possibly traced) numbers the seeds of one of several programs that share a run's
+    seeds (`fusedrl.runs`: one host thread per core, each with a vmap of its share).
     """
+
+    _first_seed: Any = 0  # read while `update_step` is traced; set by `__call__`
+
+    def __call__(self, key, hparams=None, first_seed=0):
+        self._first_seed = first_seed
+        try:
+            return super().__call__(key, hparams)
+        finally:
+            self._first_seed = 0
 
     def update_step(self, state, hparams, venv):
         state, metrics = super().update_step(state, hparams, venv)
-        return state, {**metrics, "seed": jax.lax.axis_index(SEED_AXIS)}
+        return state, {**metrics, "seed": self._first_seed + jax.lax.axis_index(SEED_AXIS)}
 
 
 def drop_seed_metric(result):
@@ -73,6 +86,7 @@ class Monitor:
         self.interrupted = False  # a KeyboardInterrupt left through this monitor
         self.last_update = 0
         self._pending: dict[int, dict[int, dict[str, float]]] = {}
+        self._lock = threading.Lock()  # programs on several host threads may report at once
 
     def __call__(self, metrics: dict[str, Any]) -> None:
         try:
@@ -81,14 +95,15 @@ class Monitor:
             row = {k: np.asarray(v).item() for k, v in metrics.items()}
             seed = int(row.pop("seed", 0))
             update = int(row["env_steps"]) // self.batch_size
-            seeds = self._pending.setdefault(update, {})
-            seeds[seed] = {"update": update, "seed": seed, **row}
-            if len(seeds) == self.num_seeds:
-                del self._pending[update]
-                rows = [seeds[s] for s in sorted(seeds)]
-                self.last_update = max(self.last_update, update)  # the latest update handed to loggers
-                for logger in self.loggers:
-                    logger.log(update, rows)
+            with self._lock:
+                seeds = self._pending.setdefault(update, {})
+                seeds[seed] = {"update": update, "seed": seed, **row}
+                if len(seeds) == self.num_seeds:
+                    del self._pending[update]
+                    rows = [seeds[s] for s in sorted(seeds)]
+                    self.last_update = max(self.last_update, update)  # the latest handed to loggers
+                    for logger in self.loggers:
+                        logger.log(update, rows)
         except KeyboardInterrupt:
             self.interrupted = True
             raise

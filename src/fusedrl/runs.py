@@ -17,6 +17,7 @@ only; metrics.csv grows by whole rows.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import json
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import fusedrl
@@ -185,14 +187,31 @@ def prepare_folder(out: str | os.PathLike, *, overwrite: bool) -> Path:
 
 
 # ------------------------------------------------------------------------------- programs
+def num_streams(num_seeds: int) -> int:
+    """Host threads that share a run's `num_seeds` seeds, each running a vmap of an equal share.
+
+    On a lone CPU device: the largest count of usable cores that divides `num_seeds`. XLA:CPU runs
+    a vmapped agent's many small kernels on about one core, so one program per core is faster
+    (see `fusedrl.sweep`; `python -m fusedrl.bench runs` measures this program). Elsewhere 1: one
+    vmap of every seed.
+    """
+    from fusedrl.sweep import usable_cores
+
+    devices = jax.devices()
+    if len(devices) != 1 or devices[0].platform != "cpu":
+        return 1
+    return max(s for s in range(1, min(num_seeds, usable_cores()) + 1) if num_seeds % s == 0)
+
+
 @functools.lru_cache(maxsize=8)
 def _program(config: PPOConfig, num_seeds: int, callback_every: int):
-    """(trainer, jitted train over seeds) for a static setup; compiled programs are reused."""
+    """(trainer, jitted train of `num_seeds` seeds numbered from `first_seed`) for a static setup."""
     kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
     train = SeedTaggedPPO(config, **kwargs)
 
-    def train_seeds(keys, hparams):
-        out = jax.vmap(train, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams)
+    def train_seeds(keys, hparams, first_seed):
+        one = functools.partial(train, first_seed=first_seed)
+        out = jax.vmap(one, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams)
         return drop_seed_metric(out)
 
     return train, jax.jit(train_seeds)
@@ -201,20 +220,44 @@ def _program(config: PPOConfig, num_seeds: int, callback_every: int):
 _COMPILED: dict[tuple, Any] = {}
 
 
-def _compiled(config: PPOConfig, num_seeds: int, callback_every: int):
-    """(trainer, compiled program, seconds spent compiling now: 0.0 when reused)."""
-    cache_key = (config, num_seeds, callback_every)
-    if cache_key in _COMPILED:
-        return (*_COMPILED[cache_key], 0.0)
-    train, jitted = _program(config, num_seeds, callback_every)
-    keys = jax.ShapeDtypeStruct((num_seeds,), jax.random.key(0).dtype)
-    t = time.perf_counter()
-    compiled = jitted.lower(keys, train.default_hparams()).compile()
-    seconds = time.perf_counter() - t
-    if len(_COMPILED) >= 8:
-        _COMPILED.pop(next(iter(_COMPILED)))
-    _COMPILED[cache_key] = (train, compiled)
-    return train, compiled, seconds
+def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None):
+    """(trainer, `run(keys [num_seeds], hparams) -> TrainResult`, seconds spent compiling now:
+    0.0 when reused). `run` splits the seeds over `streams` host threads (default `num_streams`),
+    each calling the same compiled program on its consecutive share."""
+    streams = num_streams(num_seeds) if streams is None else int(streams)
+    if num_seeds % streams:
+        raise ValueError(f"streams={streams} must divide num_seeds={num_seeds}.")
+    per = num_seeds // streams
+    cache_key = (config, per, callback_every)
+    seconds = 0.0
+    if cache_key not in _COMPILED:
+        train, jitted = _program(config, per, callback_every)
+        keys = jax.ShapeDtypeStruct((per,), jax.random.key(0).dtype)
+        t = time.perf_counter()
+        compiled = jitted.lower(keys, train.default_hparams(), 0).compile()
+        seconds = time.perf_counter() - t
+        if len(_COMPILED) >= 8:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[cache_key] = (train, compiled)
+    train, compiled = _COMPILED[cache_key]
+
+    def run(keys, hparams) -> TrainResult:
+        if streams == 1:
+            return compiled(keys, hparams, 0)
+
+        def part(i):
+            try:
+                return jax.block_until_ready(compiled(keys[i * per:(i + 1) * per], hparams, i * per))
+            except BaseException:
+                if dispatch.monitor is not None:  # the other shares stop at their next callback
+                    dispatch.monitor.stop_requested = True
+                raise
+
+        with concurrent.futures.ThreadPoolExecutor(streams, thread_name_prefix="fusedrl-run") as pool:
+            parts = list(pool.map(part, range(streams)))
+        return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+
+    return train, run, seconds
 
 
 @functools.lru_cache(maxsize=8)
@@ -288,7 +331,9 @@ def train_run(
                                "seed": options.seed, "status": "running"}
     try:
         _status(progress_file, progress, "compiling ...")
-        train, compiled, compile_s = _compiled(config, options.num_seeds, every)
+        streams = num_streams(options.num_seeds)
+        summary["streams"] = streams
+        train, compiled, compile_s = _compiled(config, options.num_seeds, every, streams)
         keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
         hparams = train.default_hparams()
         if bar is not None:
