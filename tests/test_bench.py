@@ -110,6 +110,21 @@ def test_presets_bench_runs_one_tiny_row(capsys):
     assert "CartPole-v1" in out and "500" in out  # the row names the env and its reference
 
 
+def test_runs_bench_compares_streams_with_the_single_vmap(capsys):
+    from fusedrl.bench import runs as bench_runs
+    from fusedrl.runs import num_streams
+
+    tiny = ["--set", "num_envs=4", "--set", "num_steps=16", "--set", "total_timesteps=384",
+            "--set", "update_epochs=1", "--set", "num_minibatches=2"]
+    assert bench_runs.main(["--num-seeds", "2", "--repeats", "2", *tiny]) == 0
+    out = capsys.readouterr().out
+    assert "streams=1  median" in out and "(1.00x the single vmap)" in out
+    if num_streams(2) == 2:  # on a machine with 2+ cores both programs ran
+        assert "streams=2  median" in out
+    with pytest.raises(SystemExit):
+        bench_runs.main(["--set", "total_timesteps=lots"])
+
+
 def test_ppo_bench_measures_our_run():
     from fusedrl.bench.ppo import run_ours
 
