@@ -93,8 +93,8 @@ def test_num_streams_splits_seeds_evenly_over_the_cores(monkeypatch):
 
 
 def test_seeds_split_over_threads_train_as_the_single_vmap(trained):
-    """Two streams (one seed per thread, numbered from first_seed) against one vmap of both seeds:
-    the same runs up to float32 rounding (the two programs are compiled for different batch sizes)."""
+    """Two streams (one seed per host thread) against one vmap of both seeds: the same runs up to
+    float32 rounding (the two programs are compiled for different batch sizes)."""
     config = trained[0]
     keys = jax.random.split(jax.random.key(3), 2)
     out = {}
@@ -249,6 +249,24 @@ def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
         rows = list(csv.DictReader(f))
     assert [(int(r["update"]), int(r["seed"])) for r in rows] == [(2, 0), (2, 1), (4, 0), (4, 1)]
     assert all(None not in r.values() and "" not in r.values() for r in rows)  # whole rows only
+
+
+def test_an_error_in_one_share_of_the_seeds_is_not_reported_as_an_interrupt(trained, monkeypatch, tmp_path):
+    """With the seeds split over threads (2 cores), a logger's error in one share does not stop
+    the other as if Ctrl-C had been pressed, and surfaces as itself."""
+    original = CSVLogger.log
+
+    def log_then_fail(self, update, rows):
+        original(self, update, rows)
+        if update == 2:
+            raise ValueError("logger broke")
+
+    monkeypatch.setattr(CSVLogger, "log", log_then_fail)
+    longer = trained[0].replace(total_timesteps=4 * 16 * 200)  # the other share is still running
+    with pytest.raises(BaseException) as info:
+        runs.train_run(longer, tmp_path / "run", num_seeds=2, eval_episodes=4, progress_every=2,
+                       progress_file=io.StringIO())
+    assert not isinstance(info.value, KeyboardInterrupt) and "logger broke" in str(info.value)
 
 
 def test_first_sigint_stops_at_the_next_callback():

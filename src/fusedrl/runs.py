@@ -248,8 +248,10 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
         def part(i):
             try:
                 return jax.block_until_ready(compiled(keys[i * per:(i + 1) * per], hparams, i * per))
-            except BaseException:
-                if dispatch.monitor is not None:  # the other shares stop at their next callback
+            except BaseException as e:
+                # Ctrl-C (or a KeyboardInterrupt from a logger) in one share: the others stop at
+                # their next callback. Other errors are left to surface as themselves.
+                if is_interrupt(e) and dispatch.monitor is not None:
                     dispatch.monitor.stop_requested = True
                 raise
 
