@@ -22,6 +22,23 @@ from fusedrl.runs import RunOptions, _compiled
 from fusedrl.train.presets import preset
 
 
+def timed_run(run, keys, hparams, config, csv_path) -> tuple[float, float]:
+    """`run(keys, hparams)` (a program from `fusedrl.runs._compiled`) fed to the sinks
+    `fusedrl train` uses: the CSV logger at `csv_path` and a progress bar drawn into a string.
+    Returns (wall seconds, CPU seconds of all threads of this process)."""
+    num_seeds = keys.shape[0]
+    csv_logger = CSVLogger(csv_path)
+    bar = ProgressBar(config.num_updates, config.batch_size, num_seeds, file=io.StringIO())
+    monitor = Monitor(num_seeds, config.batch_size, [csv_logger, bar])
+    t, c = time.perf_counter(), time.process_time()
+    try:
+        with dispatch.active(monitor), interrupt_guard(monitor):
+            jax.block_until_ready(run(keys, hparams))
+        return time.perf_counter() - t, time.process_time() - c
+    finally:
+        csv_logger.close()
+
+
 def measure(env_id: str, every: list[int], repeats: int, num_seeds: int):
     """Wall and CPU (all threads of this process) seconds per run: ({k: [wall]}, {k: [cpu]})."""
     config = preset(env_id)
@@ -36,15 +53,9 @@ def measure(env_id: str, every: list[int], repeats: int, num_seeds: int):
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for k, (compiled, hparams) in programs.items():
-                csv_logger = CSVLogger(Path(tmp) / f"m{k}_{r}.csv")
-                bar = ProgressBar(config.num_updates, config.batch_size, num_seeds, file=io.StringIO())
-                monitor = Monitor(num_seeds, config.batch_size, [csv_logger, bar])
-                t, c = time.perf_counter(), time.process_time()
-                with dispatch.active(monitor), interrupt_guard(monitor):
-                    jax.block_until_ready(compiled(keys, hparams))
-                times[k].append(time.perf_counter() - t)
-                cpu[k].append(time.process_time() - c)
-                csv_logger.close()
+                wall, cpu_s = timed_run(compiled, keys, hparams, config, Path(tmp) / f"m{k}_{r}.csv")
+                times[k].append(wall)
+                cpu[k].append(cpu_s)
                 print(f"repeat {r}: callback_every={k}: wall {times[k][-1]:.2f} s, cpu {cpu[k][-1]:.2f} s",
                       flush=True)
     return times, cpu

@@ -13,17 +13,14 @@ ratio. Only the ratio means anything on a shared machine; both are measured in t
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import jax
 
-from fusedrl.loggers import CSVLogger
-from fusedrl.progress import Monitor, ProgressBar, dispatch, interrupt_guard
+from fusedrl.progress_cost import timed_run
 from fusedrl.runs import RunOptions, _compiled, num_streams
 from fusedrl.train.presets import preset
 
@@ -42,14 +39,8 @@ def measure(config, num_seeds: int, repeats: int) -> dict[int, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for streams, (run, hparams) in (programs.items() if r % 2 == 0 else reversed(programs.items())):
-                csv_logger = CSVLogger(Path(tmp) / f"m{streams}_{r}.csv")
-                bar = ProgressBar(config.num_updates, config.batch_size, num_seeds, file=io.StringIO())
-                monitor = Monitor(num_seeds, config.batch_size, [csv_logger, bar])
-                t = time.perf_counter()
-                with dispatch.active(monitor), interrupt_guard(monitor):
-                    jax.block_until_ready(run(keys, hparams))
-                sps[streams].append(config.env_steps * num_seeds / (time.perf_counter() - t))
-                csv_logger.close()
+                wall, _ = timed_run(run, keys, hparams, config, Path(tmp) / f"m{streams}_{r}.csv")
+                sps[streams].append(config.env_steps * num_seeds / wall)
                 print(f"repeat {r}: streams={streams}: {sps[streams][-1]:,.0f} env steps/s", flush=True)
     return sps
 
