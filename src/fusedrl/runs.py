@@ -195,12 +195,10 @@ def num_streams(num_seeds: int) -> int:
     (see `fusedrl.sweep`; `python -m fusedrl.bench runs` measures this program). Elsewhere 1: one
     vmap of every seed.
     """
-    from fusedrl.sweep import usable_cores
+    from fusedrl.sweep import _num_streams
 
-    devices = jax.devices()
-    if len(devices) != 1 or devices[0].platform != "cpu":
-        return 1
-    return max(s for s in range(1, min(num_seeds, usable_cores()) + 1) if num_seeds % s == 0)
+    cap = _num_streams(None, tuple(jax.devices()), num_seeds)  # the sweep's default: cores, or 1
+    return max(s for s in range(1, cap + 1) if num_seeds % s == 0)
 
 
 @functools.lru_cache(maxsize=8)
