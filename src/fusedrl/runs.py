@@ -17,7 +17,6 @@ only; metrics.csv grows by whole rows.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import json
@@ -32,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import fusedrl
@@ -49,6 +47,7 @@ from fusedrl.progress import (
     interrupt_guard,
     is_interrupt,
 )
+from fusedrl.sweep import _num_streams, run_shares
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import TrainResult
 
@@ -195,8 +194,6 @@ def num_streams(num_seeds: int) -> int:
     (see `fusedrl.sweep`; `python -m fusedrl.bench runs` measures this program). Elsewhere 1: one
     vmap of every seed.
     """
-    from fusedrl.sweep import _num_streams
-
     cap = _num_streams(None, tuple(jax.devices()), num_seeds)  # the sweep's default: cores, or 1
     return max(s for s in range(1, cap + 1) if num_seeds % s == 0)
 
@@ -253,9 +250,7 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
                     dispatch.monitor.stop_requested = True
                 raise
 
-        with concurrent.futures.ThreadPoolExecutor(streams, thread_name_prefix="fusedrl-run") as pool:
-            parts = list(pool.map(part, range(streams)))
-        return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+        return run_shares(part, streams, "fusedrl-run")
 
     return train, run, seconds
 

@@ -635,7 +635,13 @@ def _run_streams(program, streams: int, run_keys, batched, base) -> TrainResult:
     def part(i):
         return jax.block_until_ready(executable(*args[i], base))
 
-    with concurrent.futures.ThreadPoolExecutor(streams, thread_name_prefix="fusedrl-sweep") as pool:
+    return run_shares(part, streams, "fusedrl-sweep")
+
+
+def run_shares(part: Callable[[int], Any], streams: int, thread_name_prefix: str):
+    """`part(i)` for i in range(streams), each in its own host thread, all at once; their result
+    pytrees concatenated along axis 0 in order of i. An exception in a part is re-raised here."""
+    with concurrent.futures.ThreadPoolExecutor(streams, thread_name_prefix=thread_name_prefix) as pool:
         parts = list(pool.map(part, range(streams)))
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
