@@ -20,6 +20,7 @@ from pathlib import Path
 
 import jax
 
+from fusedrl.cli import CLIError, parse_overrides
 from fusedrl.progress_cost import timed_run
 from fusedrl.runs import RunOptions, _compiled, num_streams
 from fusedrl.train.presets import preset
@@ -52,17 +53,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--num-seeds", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a preset field (ints only, e.g. total_timesteps=100000)")
+                   help="override a preset field, parsed as `fusedrl train --set` does")
     args = p.parse_args(argv)
     if args.num_seeds < 1 or args.repeats < 1:
         p.error("--num-seeds and --repeats must be positive integers")
-    overrides = {}
-    for item in args.set:
-        field, _, value = item.partition("=")
-        try:
-            overrides[field] = int(value.replace("_", ""))
-        except ValueError:
-            p.error(f"--set {item}: expected FIELD=INTEGER")
+    try:
+        overrides = parse_overrides(args.set)
+    except CLIError as e:
+        p.error(str(e))
     config = preset(args.env, **overrides)
     sps = measure(config, args.num_seeds, args.repeats)
     print(f"\n{args.env} preset, {args.num_seeds} seeds x {config.env_steps:,} env steps, "
