@@ -192,3 +192,69 @@ def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys):
         with pytest.raises(SystemExit):
             bench_ppo.main(["--configs", "seeds8", "--timesteps", bad])
         assert "--timesteps" in capsys.readouterr().err
+
+
+KERNELS_HLO = """HloModule m
+
+%fused_computation (param_0: f32[2,2], param_1: f32[2,2]) -> f32[2,2] {
+  %param_0 = f32[2,2]{1,0} parameter(0)
+  %param_1 = f32[2,2]{1,0} parameter(1)
+  ROOT %dot.1 = f32[2,2]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%body (p: (s32[], f32[2,2])) -> (s32[], f32[2,2]) {
+  %p = (s32[], f32[2,2]{1,0}) parameter(0)
+  %x = f32[2,2]{1,0} get-tuple-element(%p), index=1
+  %dot_fusion.3 = f32[2,2]{1,0} fusion(%x, %x), kind=kOutput, calls=%fused_computation
+  %add.7 = f32[2,2]{1,0} add(%dot_fusion.3, %dot_fusion.3)
+  ROOT %t = (s32[], f32[2,2]{1,0}) tuple(%i, %add.7)
+}
+
+ENTRY %main (x: f32[2,2]) -> f32[2,2] {
+  %while.2 = (s32[], f32[2,2]{1,0}, /*index=2*/f32[2]{0}) while(%tuple), condition=%cond, body=%body
+  %gte = f32[2,2]{1,0} get-tuple-element(%while.2), index=1
+  ROOT %tanh.1 = f32[2,2]{1,0} tanh(%gte)
+}
+"""
+
+
+def test_kernels_bench_sums_kernels_not_the_loops_around_them():
+    from fusedrl.bench.kernels import Kernels, aggregate, format_report
+
+    kernels = Kernels.from_hlo(KERNELS_HLO)
+    assert kernels.has_dot["dot_fusion.3"] and not kernels.has_dot["add.7"]
+    assert "while.2" not in kernels.has_dot  # a container: its span holds the kernels below
+    events = [
+        {"ph": "X", "name": "while.2", "dur": 1000.0, "tid": 1},
+        {"ph": "X", "name": "ThunkExecutor::Execute", "dur": 500.0, "tid": 1},
+        {"ph": "X", "name": "dot_fusion.3", "dur": 10.0, "tid": 1},
+        {"ph": "X", "name": "dot_fusion.3", "dur": 10.0, "tid": 2},
+        {"ph": "X", "name": "add.7", "dur": 5.0, "tid": 2},
+        {"ph": "X", "name": "tanh.1", "dur": 3.0, "tid": 1},
+        {"ph": "i", "name": "tanh.1", "tid": 1},  # not a complete event
+    ]
+    p = aggregate(events, kernels, updates=2, wall_s=40e-6)
+    assert p.kernel_us == {"dot_fusion": 20.0, "add": 5.0, "tanh": 3.0}
+    assert p.kernel_count == {"dot_fusion": 2, "add": 1, "tanh": 1}
+    assert p.dot_us == 20.0 and p.thread_us == {1: 13.0, 2: 15.0}
+    assert p.cores_busy == pytest.approx(28 / 40)
+    per_kernel = aggregate(events, kernels, updates=2, wall_s=40e-6, by_instruction=True)
+    report = format_report(1e-3, per_kernel, top=2, shapes=kernels.shape)
+    assert "dot_fusion.3" in report and "f32[2,2]{1,0}" in report and "(1 more rows)" in report
+    assert "cores busy 0.70" in report and "matrix product: 71%" in report  # 20 of 28 us
+
+
+def test_kernels_bench_profiles_a_tiny_run(capsys):
+    import re
+
+    from fusedrl.bench import kernels as bench_kernels
+
+    argv = ["--num-envs", "4", "--num-steps", "16", "--updates", "2", "--repeats", "1", "--top", "3"]
+    assert bench_kernels.main(argv) == 0
+    out = capsys.readouterr().out
+    count = float(re.search(r"kernels per update: ([\d,]+)", out).group(1).replace(",", ""))
+    dots = float(re.search(r"matrix product: (\d+)%", out).group(1))
+    assert count > 100 and 0 < dots < 100  # the trace's kernels were found and some did matmuls
+    assert "(more rows)" not in out and "more rows)" in out  # --top 3 cut the table
+    with pytest.raises(SystemExit):
+        bench_kernels.main(["--updates", "0"])
