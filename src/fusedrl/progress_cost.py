@@ -45,15 +45,15 @@ def measure(env_id: str, every: list[int], repeats: int, num_seeds: int):
     keys = jax.random.split(jax.random.key(0), num_seeds)
     programs = {}
     for k in [0, *every]:
-        train, compiled, seconds = _compiled(config, num_seeds, k)
-        programs[k] = (compiled, train.default_hparams())
+        train, run, seconds = _compiled(config, num_seeds, k)
+        programs[k] = (run, train.default_hparams())
         print(f"compiled callback_every={k} in {seconds:.1f} s", flush=True)
     times: dict[int, list[float]] = {k: [] for k in programs}
     cpu: dict[int, list[float]] = {k: [] for k in programs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
-            for k, (compiled, hparams) in programs.items():
-                wall, cpu_s = timed_run(compiled, keys, hparams, config, Path(tmp) / f"m{k}_{r}.csv")
+            for k, (run, hparams) in programs.items():
+                wall, cpu_s = timed_run(run, keys, hparams, config, Path(tmp) / f"m{k}_{r}.csv")
                 times[k].append(wall)
                 cpu[k].append(cpu_s)
                 print(f"repeat {r}: callback_every={k}: wall {times[k][-1]:.2f} s, cpu {cpu[k][-1]:.2f} s",

@@ -328,7 +328,7 @@ def train_run(
         _status(progress_file, progress, "compiling ...")
         streams = num_streams(options.num_seeds)
         summary["streams"] = streams
-        train, compiled, compile_s = _compiled(config, options.num_seeds, every, streams)
+        train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams)
         keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
         hparams = train.default_hparams()
         if bar is not None:
@@ -336,7 +336,7 @@ def train_run(
         t = time.perf_counter()
         with dispatch.active(monitor), interrupt_guard(monitor):
             try:
-                result = jax.block_until_ready(compiled(keys, hparams))
+                result = jax.block_until_ready(run_seeds(keys, hparams))
             except Exception as e:
                 if is_interrupt(e, monitor):
                     raise KeyboardInterrupt from None
