@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -26,11 +28,24 @@ def evaluate(
 
     `result` may come from `jax.vmap(train)` (a leading seed axis on every leaf): then the returns
     have shape [num_seeds, num_episodes], one row per seed, each with its own key.
+
+    The whole evaluation is one jitted program, compiled once per (config, num_episodes, greedy)
+    and result shape, so an eager call costs one compile rather than one per operation.
     """
-    trainer = make_train(config)
     if int(num_episodes) < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}.")
-    num_episodes = int(num_episodes)
+    return _evaluator(config, int(num_episodes), bool(greedy))(result, key)
+
+
+@functools.lru_cache(maxsize=16)
+def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
+    trainer = make_train(config)
+    return jax.jit(functools.partial(_evaluate_any, trainer, num_episodes=num_episodes, greedy=greedy))
+
+
+def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool):
+    """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
+    config = trainer.config
     single = jax.eval_shape(trainer.init, jax.random.key(0)).params
     leaf, ref = jax.tree.leaves(result.params)[0], jax.tree.leaves(single)[0]
     if leaf.ndim == ref.ndim + 1:

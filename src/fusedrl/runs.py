@@ -255,12 +255,6 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
     return train, run, seconds
 
 
-@functools.lru_cache(maxsize=8)
-def evaluator(config: PPOConfig, num_episodes: int):
-    """Jitted `evaluate(config, result, key, num_episodes)`; one compile per (config, episodes)."""
-    return jax.jit(functools.partial(evaluate, config, num_episodes=num_episodes))
-
-
 # -------------------------------------------------------------------------------- training
 @dataclasses.dataclass
 class Run:
@@ -370,8 +364,8 @@ def train_run(
                       num_seeds=options.num_seeds, extra={"seed": options.seed})
         summary["status"] = "evaluating"
         t = time.perf_counter()
-        evaluate_fn = evaluator(config, options.eval_episodes)
-        returns = np.asarray(evaluate_fn(result, jax.random.key(options.seed + 1)))
+        key = jax.random.key(options.seed + 1)
+        returns = np.asarray(evaluate(config, result, key, options.eval_episodes))
         per_seed = returns.mean(axis=1)
         last_train = np.asarray(result.metrics["episode_return"])[:, -1]
         summary.update(
@@ -422,7 +416,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int = 64, seed: in
     config, _ = load_run_config(run_dir)
     saved_config, state, hparams, meta = ckpt.restore(run_dir / CHECKPOINT_DIR, config)
     result = TrainResult(state=state, metrics={}, hparams=hparams)
-    returns = np.asarray(evaluator(config, num_episodes)(result, jax.random.key(seed)))
+    returns = np.asarray(evaluate(config, result, jax.random.key(seed), num_episodes))
     if returns.ndim == 1:
         returns = returns[None]
     per_seed = returns.mean(axis=1)
