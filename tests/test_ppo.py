@@ -1,6 +1,8 @@
 """The fused PPO trainer: config validation, the guarantees of DESIGN.md, metrics, evaluation."""
 
 import dataclasses
+import functools
+import logging
 
 import chex
 import jax
@@ -97,11 +99,11 @@ def test_metrics_shapes_and_values(small):
 
 
 def test_episode_return_carried_not_nan_when_no_episode_completes():
-    # 500-step episodes cannot complete within an 8-step update from the start: the metric
-    # must say 0 episodes and report a finite carried value, never NaN.
-    c = PPOConfig(env_id="Pendulum-v1", num_envs=2, num_steps=8, total_timesteps=2 * 8 * 3,
-                  num_minibatches=1, update_epochs=1, hidden_sizes=(8,))
-    m = jax.jit(make_train(c))(jax.random.key(0)).metrics
+    # 200-step Pendulum episodes cannot complete within the 2 updates of 8 steps of this run: the
+    # metric must say 0 episodes and report a finite carried value, never NaN.
+    config, result = _tiny_run("Pendulum-v1")
+    assert config.num_updates * config.num_steps < 200
+    m = result.metrics
     np.testing.assert_array_equal(m["episodes_completed"], 0)
     np.testing.assert_array_equal(m["episode_return"], 0.0)
 
@@ -124,19 +126,27 @@ def test_no_host_transfers_inside_train(small):
         jax.block_until_ready(out)
 
 
-def test_vmap_over_seeds_traces_once():
-    config = PPOConfig(**SMALL)
-    train = make_train(config)
+@pytest.fixture(scope="module")
+def seeds8(small):
+    """`jax.jit(jax.vmap(train))` over 8 keys, then over 8 new keys; `train.__call__` may be traced
+    once only."""
+    config, train, _, _ = small
     traced = chex.assert_max_traces(train.__call__, n=1)
     fn = jax.jit(jax.vmap(traced))
     keys = jax.random.split(jax.random.key(0), 8)
     out = fn(keys)
     out2 = fn(jax.random.split(jax.random.key(1), 8))  # new keys: no retrace
+    return keys, out, out2
+
+
+def test_vmap_over_seeds_traces_once(small, seeds8):
+    config, _, jitted, _ = small
+    keys, out, out2 = seeds8
     assert out.metrics["episode_return"].shape == (8, config.num_updates)
     assert out2.metrics["policy_loss"].shape == (8, config.num_updates)
     # Per-seed results: seeds differ, and seed i matches a single run with key i.
     assert len({np.asarray(out.metrics["policy_loss"][i]).tobytes() for i in range(8)}) == 8
-    single = jax.jit(train)(keys[3])
+    single = jitted(keys[3])
     np.testing.assert_allclose(out.metrics["episode_return"][3], single.metrics["episode_return"],
                                rtol=1e-4)
 
@@ -180,8 +190,9 @@ def test_memory_does_not_grow_with_total_timesteps():
 def test_resume_continues_the_same_run(small):
     config, train, jitted, result = small
     hp = config.hparams()
-    half = jax.jit(lambda k: train.run(train.init(k, hp), hp, 3))(jax.random.key(0))
-    rest = jax.jit(lambda s: train.run(s, hp, 3))(half.state)
+    run3 = jax.jit(lambda s: train.run(s, hp, 3))  # one program for both halves
+    half = run3(jax.jit(train.init)(jax.random.key(0), hp))
+    rest = run3(half.state)
     joined = np.concatenate([half.metrics["policy_loss"], rest.metrics["policy_loss"]])
     np.testing.assert_allclose(joined, result.metrics["policy_loss"], rtol=1e-5, atol=1e-7)
 
@@ -223,7 +234,7 @@ def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
         return np.asarray(jax.random.key_data(_vec_state(state.env_state).key))
 
     _, train, _, result = small
-    start = pool_key(train.init(jax.random.key(0)))
+    start = pool_key(jax.jit(train.init)(jax.random.key(0)))
     assert int(result.metrics["episodes_completed"].sum()) > 0
     assert bool(_vec_state(result.state.env_state).pool_fresh.all())
     np.testing.assert_array_equal(pool_key(result.state), start)
@@ -253,13 +264,35 @@ def test_unrolled_rollout_trains_the_same_agent(small, monkeypatch):
     _assert_same_metrics(_retrain_with(small, monkeypatch, ROLLOUT_UNROLL=1), result)
 
 
+def test_eager_evaluate_compiles_one_program_once(small, caplog):
+    """Called outside jit, `evaluate` runs one cached jitted program, not one per operation."""
+    config, _, _, result = small
+    key = jax.random.key(2)
+
+    def compiles():
+        return sum("Finished XLA compilation" in r.getMessage() for r in caplog.records)
+
+    with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
+        a = fusedrl.evaluate(config, result, key, num_episodes=7)  # 7: no other test's program
+        first = compiles()
+        b = fusedrl.evaluate(config, result, key, num_episodes=7)
+    assert (first, compiles()) == (1, 1)
+    np.testing.assert_array_equal(a, b)
+
+
 # ----------------------------------------------------------------------------- env varieties
-@pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
-def test_other_action_and_observation_spaces_train(env_id):
+@functools.cache
+def _tiny_run(env_id):
+    """A 2-update run of `env_id` with both normalisers on (shared by the tests that need one)."""
     c = PPOConfig(env_id=env_id, num_envs=2, num_steps=8, total_timesteps=2 * 8 * 2,
                   num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,
                   normalize_reward=True)
-    r = jax.jit(make_train(c))(jax.random.key(0))
+    return c, jax.jit(make_train(c))(jax.random.key(0))
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
+def test_other_action_and_observation_spaces_train(env_id):
+    c, r = _tiny_run(env_id)
     for name, x in r.metrics.items():
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name
     returns = fusedrl.evaluate(c, r, jax.random.key(1), num_episodes=2)
@@ -267,14 +300,14 @@ def test_other_action_and_observation_spaces_train(env_id):
 
 
 # --------------------------------------------------------------------------------- evaluation
-def test_evaluate_single_and_vmapped(small):
+def test_evaluate_single_and_vmapped(small, seeds8):
     config, train, _, result = small
     ev = jax.jit(lambda r, k: fusedrl.evaluate(config, r, k, num_episodes=5))
     a = ev(result, jax.random.key(1))
     assert a.shape == (5,) and np.all(a >= 8) and np.all(a <= 500)
     np.testing.assert_array_equal(a, ev(result, jax.random.key(1)))
-    seeds = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
-    b = fusedrl.evaluate(config, seeds, jax.random.key(1), num_episodes=3)
-    assert b.shape == (2, 3)
+    b = fusedrl.evaluate(config, seeds8[1], jax.random.key(1), num_episodes=3)
+    assert b.shape == (8, 3) and np.all(b >= 8)
+    assert len({row.tobytes() for row in np.asarray(b)}) > 1  # each seed's own policy and key
     with pytest.raises(ValueError, match="num_episodes"):
         fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=0)
