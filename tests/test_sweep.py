@@ -22,6 +22,7 @@ sweep_module = importlib.import_module("fusedrl.sweep")
 SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3,
              update_epochs=2, num_minibatches=2, hidden_sizes=(16,))
 LRS = [1e-4, 3e-4, 1e-3]
+SWEPT_UPDATES = SMALL["total_timesteps"] // (SMALL["num_envs"] * SMALL["num_steps"])
 # A sweep slice is not bit-identical to the single run on XLA:CPU: the same per-run op compiled
 # over a batched [runs, ...] array uses another reduction order / vectorisation (measured: the
 # first differences are in minibatch means and the loss statistics, ~1e-7 after one update). Over
@@ -268,13 +269,11 @@ MULTI_DEVICE = textwrap.dedent(
     config = PPOConfig(**{small})
     diff = lambda a, b: max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y))))
                             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-    out = {{}}
-    # 6 runs over 4 devices (padded to 8, trimmed) against the same sweep on one device.
-    many = sweep(config, 2, lr=[1e-4, 3e-4, 1e-3])
-    one = sweep(config, 2, lr=[1e-4, 3e-4, 1e-3], devices=jax.devices()[:1])
-    out["sweep_metrics"] = diff(many.metrics, one.metrics)
-    out["sweep_params"] = diff(many.result.params, one.result.params)
-    out["sweep_shape"] = list(many.metrics["policy_loss"].shape)
+    # 6 runs over 4 devices (padded to 8, trimmed); the test compares them with the same sweep
+    # on the one device of its own process.
+    many = sweep(config, 2, lr={lrs}, key=jax.random.key(7))
+    out = {{"sweep_metrics": {{k: np.asarray(v).tolist() for k, v in many.metrics.items()}},
+           "sweep_params": [np.asarray(x).tolist() for x in jax.tree.leaves(many.result.params)]}}
     # One agent, 8 envs as 4 shards of 2: shard_map over 4 devices vs vmap on one device.
     big = config.replace(num_envs=8, total_timesteps=8 * 16 * 3)
     dp4 = data_parallel_train(big)(jax.random.key(1))
@@ -297,13 +296,20 @@ def _run_forced_devices(script: str, timeout: int = 1200) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
-@pytest.mark.timeout(1500)  # four compiles in the subprocess: minutes on a loaded 2-core machine
-def test_sharded_sweep_and_data_parallel_match_one_device():
-    out = _run_forced_devices(MULTI_DEVICE.format(small=repr(SMALL)))
-    assert out["sweep_shape"] == [2, 3, 3]
+@pytest.mark.timeout(1500)  # three compiles in the subprocess: minutes on a loaded 2-core machine
+def test_sharded_sweep_and_data_parallel_match_one_device(swept):
+    _, reference, _ = swept
+    out = _run_forced_devices(MULTI_DEVICE.format(small=repr(SMALL), lrs=repr(LRS)))
     # Tolerances: each device compiles the per-run program over its own batch (2 runs, not 6)
     # and the data-parallel pmean sums shards in another order than vmap; float32 rounding only.
-    assert out["sweep_metrics"] <= 1e-5 and out["sweep_params"] <= 1e-5, out
+    assert set(out["sweep_metrics"]) == set(reference.metrics)
+    for name, value in out["sweep_metrics"].items():
+        assert np.shape(value) == (2, 3, SWEPT_UPDATES), name
+        np.testing.assert_allclose(value, reference.metrics[name], err_msg=name, **TOL)
+    leaves = jax.tree.leaves(reference.result.params)
+    assert len(out["sweep_params"]) == len(leaves)
+    for value, ref in zip(out["sweep_params"], leaves, strict=True):
+        np.testing.assert_allclose(value, ref, **TOL)
     assert out["dp_metrics"] <= 1e-5 and out["dp_params"] <= 1e-5, out
     assert out["dp_env_steps"] == [128, 256, 384]  # the whole agent's steps: 8 envs x 16 x update
     assert out["dp_obs_shape"] == [4, 2, 4]  # [shards, envs per shard, obs]
