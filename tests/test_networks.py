@@ -67,11 +67,11 @@ def test_diag_gaussian_against_scipy():
 def test_actor_critic_shapes():
     key = jax.random.key(0)
     disc = ActorCritic(action_dim=3, discrete=True, hidden_sizes=(32,))
-    params = disc.init(key, jnp.zeros((1, 5)))
+    params = jax.jit(disc.init)(key, jnp.zeros((1, 5)))  # jitted: one compile, not one per op
     pi, v = disc.apply(params, jnp.ones((7, 5)))
     assert pi.logits.shape == (7, 3) and v.shape == (7,)
     cont = ActorCritic(action_dim=2, discrete=False, activation="relu")
-    params = cont.init(key, jnp.zeros((1, 5)))
+    params = jax.jit(cont.init)(key, jnp.zeros((1, 5)))
     pi, v = cont.apply(params, jnp.ones((7, 5)))
     assert pi.mean.shape == (7, 2) and pi.log_std.shape == (2,) and v.shape == (7,)
     np.testing.assert_array_equal(params["params"]["log_std"], 0.0)
