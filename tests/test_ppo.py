@@ -301,7 +301,7 @@ def test_other_action_and_observation_spaces_train(env_id):
 
 # --------------------------------------------------------------------------------- evaluation
 def test_evaluate_single_and_vmapped(small, seeds8):
-    config, train, _, result = small
+    config, _, _, result = small
     ev = jax.jit(lambda r, k: fusedrl.evaluate(config, r, k, num_episodes=5))
     a = ev(result, jax.random.key(1))
     assert a.shape == (5,) and np.all(a >= 8) and np.all(a <= 500)
