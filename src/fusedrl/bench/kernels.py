@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import jax
 
+from fusedrl._argtypes import positive_int
+
 #: HLO ops whose runtime span encloses other kernels (their bodies, branches or callees).
 CONTAINER_OPS = ("while", "conditional", "call")
 
@@ -223,19 +225,16 @@ def format_report(untraced_s: float, p: Profile, top: int, shapes: dict[str, str
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrl.bench kernels", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--num-seeds", type=int, default=1)
-    p.add_argument("--num-envs", type=int, default=4)
-    p.add_argument("--num-steps", type=int, default=128)
-    p.add_argument("--updates", type=int, default=10,
+    p.add_argument("--num-seeds", type=positive_int, default=1)
+    p.add_argument("--num-envs", type=positive_int, default=4)
+    p.add_argument("--num-steps", type=positive_int, default=128)
+    p.add_argument("--updates", type=positive_int, default=10,
                    help="updates per run (few: the trace holds every kernel of the run)")
-    p.add_argument("--repeats", type=int, default=3, help="untraced timed runs")
-    p.add_argument("--top", type=int, default=12, help="rows listed")
+    p.add_argument("--repeats", type=positive_int, default=3, help="untraced timed runs")
+    p.add_argument("--top", type=positive_int, default=12, help="rows listed")
     p.add_argument("--by-kernel", action="store_true",
                    help="one row per kernel (with its shape) instead of per kind of kernel")
     args = p.parse_args(argv)
-    for flag in ("num_seeds", "num_envs", "num_steps", "updates", "repeats", "top"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag.replace('_', '-')} must be a positive integer, got {getattr(args, flag)}")
     untraced, prof, kernels = profile(args.num_seeds, args.num_envs, args.num_steps, args.updates,
                                       args.repeats, by_instruction=args.by_kernel)
     print(f"CartPole-v1, {args.num_seeds} seed(s) x {args.num_envs} envs x {args.num_steps} steps, "
