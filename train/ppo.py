@@ -52,7 +52,7 @@ SMALL_BATCH_SHUFFLE = 4096
 
 #: Rollouts of at most this many envs unroll their step loop ROLLOUT_UNROLL times (see `PPO.rollout`).
 ROLLOUT_UNROLL_MAX_ENVS = 64
-ROLLOUT_UNROLL = 4
+ROLLOUT_UNROLL = 2
 
 
 class Transition(NamedTuple):
@@ -268,9 +268,11 @@ class PPO:
         if venv.predraw_bytes(hparams.env_params, c.num_steps) <= PREDRAW_MAX_BYTES:
             draws = venv.predraw(k_env, hparams.env_params, c.num_steps)
         # A step of a few envs is a few microseconds of work per kernel, so the loop's own cost per
-        # iteration counts: unrolled 4x, steps/s rose 6-19% at 1 agent x 4 envs and 28% at 8 vmapped
-        # agents (paired in-process A/Bs on a 2-core CPU); at 2048 envs it fell 11%, so wide
-        # rollouts stay rolled. The cut-off between (64 envs) is not measured.
+        # iteration counts. Paired in-process A/Bs on a 2-core CPU, against the rolled loop: unrolled
+        # 4x, +6-19% at 1 agent x 4 envs and +28% at 8 vmapped agents (an earlier trainer); at 2048
+        # envs -11%, so wide rollouts stay rolled. With the current trainer, 2x beats 4x: +1.7% at
+        # 1 agent x 4 envs, +6% at 8 vmapped agents, +5.5% at 64 envs, +9% at 16 envs (bit-identical
+        # results). The cut-off (64 envs) is not measured between 64 and 2048.
         unroll = ROLLOUT_UNROLL if state.obs.shape[0] <= ROLLOUT_UNROLL_MAX_ENVS else 1
         (env_state, obs), traj = jax.lax.scan(
             step, (state.env_state, state.obs), (noise, draws), unroll=unroll
