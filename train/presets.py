@@ -19,15 +19,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
     ),
     # rl-zoo ppo.yml (normalize, gae 0.94, ent 0) with PureJaxRL-size batches and lr 1e-3.
-    # Measured (`python -m fusedrl.bench presets --env Acrobot-v1`, 2026-11-22): greedy -79.3 ± 1.5
-    # over 4 seeds (min -81.7), 1e6 steps; reference -80 (5e5 steps: -82.3).
+    # Measured (`python -m fusedrl.bench presets --env Acrobot-v1`, 2026-11-23): greedy -77.9 ± 2.9
+    # over 4 seeds (min -79.9), 1e6 steps; reference -80 (5e5 steps, an earlier trainer: -82.3).
     "Acrobot-v1": dict(
         num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=8,
         lr=1e-3, gamma=0.99, gae_lambda=0.94, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
     ),
     # rl-zoo ppo.yml (gamma 0.9-0.95, gae 0.95, 10 epochs, lr 1e-3; no gSDE here), 32 envs.
-    # Measured: greedy -145.8 ± 11.0 over 4 seeds (min -160.3), 1e6 steps; reference -130.
+    # Measured: greedy -145.7 ± 10.0 over 4 seeds (min -157.6), 1e6 steps; reference -130.
     "Pendulum-v1": dict(
         num_envs=32, num_steps=128, total_timesteps=1_000_000, update_epochs=10, num_minibatches=8,
         lr=1e-3, gamma=0.95, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
@@ -35,7 +35,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         normalize_reward=True,
     ),
     # rl-zoo ppo.yml (normalize, 16-step rollouts, gae 0.98, ent 0, lr 3e-4), 32 envs.
-    # Measured: greedy -123.5 ± 8.7 over 4 seeds (min -133.4), 1e6 steps; reference -118.
+    # Measured: greedy -118.2 ± 5.6 over 4 seeds (min -127.8), 1e6 steps; reference -118.
     "MountainCar-v0": dict(
         num_envs=32, num_steps=16, total_timesteps=1_000_000, update_epochs=4, num_minibatches=4,
         lr=3e-4, gamma=0.99, gae_lambda=0.98, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
@@ -51,16 +51,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         normalize_reward=True,
     ),
     # gymnax-blines-style MinAtar PPO (64 envs x 128 steps, lr 5e-4, ent 0.01) with a small MLP and a
-    # budget cut to 2e6 steps to fit this shared 2-core CPU (gymnax-blines trains ~10x longer, CNN).
-    # Measured: greedy 6.3 ± 0.3 over 4 seeds (min 6.0), 2e6 steps; reference 28: FALLS SHORT.
+    # budget of 2e6 steps (gymnax-blines: 1e7 steps, a 2x256 MLP, gamma 0.999).
+    # Measured: greedy 6.6 ± 0.2 over 4 seeds (min 6.4), 2e6 steps; reference 28: FALLS SHORT.
+    # With 1e7 steps: 6.7 ± 0.3 (min 6.4), so the budget is not what holds it back.
     "gymnax:Breakout-MinAtar": dict(
         num_envs=64, num_steps=128, total_timesteps=2_000_000, update_epochs=4, num_minibatches=8,
         lr=5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="relu",
     ),
     # Same settings as Breakout-MinAtar above (gymnax-blines-style, small MLP, 2e6 steps).
-    # Measured: greedy 119.8 ± 42.2 over 4 seeds (min 47.0; the other three 141-150), 2e6 steps;
-    # reference 131: mean FALLS SHORT (one seed's greedy policy is poor).
+    # Measured: greedy 73.8 ± 41.6 over 4 seeds (per seed 23, 95, 47, 130), 2e6 steps; an earlier
+    # trainer's random streams gave 119.8 ± 42.2. Reference 131: FALLS SHORT, and varies by seed.
     "gymnax:SpaceInvaders-MinAtar": dict(
         num_envs=64, num_steps=128, total_timesteps=2_000_000, update_epochs=4, num_minibatches=8,
         lr=5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
