@@ -22,7 +22,6 @@ sweep_module = importlib.import_module("fusedrl.sweep")
 SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3,
              update_epochs=2, num_minibatches=2, hidden_sizes=(16,))
 LRS = [1e-4, 3e-4, 1e-3]
-SWEPT_UPDATES = SMALL["total_timesteps"] // (SMALL["num_envs"] * SMALL["num_steps"])
 # A sweep slice is not bit-identical to the single run on XLA:CPU: the same per-run op compiled
 # over a batched [runs, ...] array uses another reduction order / vectorisation (measured: the
 # first differences are in minibatch means and the loss statistics, ~1e-7 after one update). Over
@@ -298,13 +297,13 @@ def _run_forced_devices(script: str, timeout: int = 1200) -> dict:
 
 @pytest.mark.timeout(1500)  # three compiles in the subprocess: minutes on a loaded 2-core machine
 def test_sharded_sweep_and_data_parallel_match_one_device(swept):
-    _, reference, _ = swept
+    config, reference, _ = swept
     out = _run_forced_devices(MULTI_DEVICE.format(small=repr(SMALL), lrs=repr(LRS)))
     # Tolerances: each device compiles the per-run program over its own batch (2 runs, not 6)
     # and the data-parallel pmean sums shards in another order than vmap; float32 rounding only.
     assert set(out["sweep_metrics"]) == set(reference.metrics)
     for name, value in out["sweep_metrics"].items():
-        assert np.shape(value) == (2, 3, SWEPT_UPDATES), name
+        assert np.shape(value) == (2, 3, config.num_updates), name
         np.testing.assert_allclose(value, reference.metrics[name], err_msg=name, **TOL)
     leaves = jax.tree.leaves(reference.result.params)
     assert len(out["sweep_params"]) == len(leaves)
