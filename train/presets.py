@@ -26,11 +26,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr=1e-3, gamma=0.99, gae_lambda=0.94, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
     ),
-    # rl-zoo ppo.yml (gae 0.95, 10 epochs, lr 1e-3; no gSDE here), 32 envs, gamma 0.98.
+    # After rl-zoo ppo.yml (gae 0.95, 10 epochs, lr 1e-3; no gSDE here), 32 envs, gamma 0.98.
     # Measured (`python -m fusedrl.bench presets --env Pendulum-v1 [--episodes 1024] [--seed 1]`,
     # 2026-11-23): greedy -142.3 ± 9.7 over 4 seeds (min -154.3), 1e6 steps; reference -130: FALLS
     # SHORT. The 64-episode evaluation is noisy (random start angles); with 1024 episodes per seed:
-    # -148.5 ± 1.8, and -147.6 ± 0.4 at root seed 1. Gamma 0.95 (rl-zoo's): -154.2 ± 2.5, -155.7 ± 2.6.
+    # -148.5 ± 1.8, and -147.6 ± 0.4 at root seed 1. With gamma 0.95: -154.2 ± 2.5 and -155.7 ± 2.6.
     "Pendulum-v1": dict(
         num_envs=32, num_steps=128, total_timesteps=1_000_000, update_epochs=10, num_minibatches=8,
         lr=1e-3, gamma=0.98, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
