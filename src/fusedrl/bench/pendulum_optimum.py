@@ -1,4 +1,4 @@
-"""How well a near-optimal controller scores on Pendulum-v1: the ceiling for its preset row.
+"""How well a near-optimal controller scores on Pendulum-v1: about the best its preset row can be.
 
     python -m fusedrl.bench pendulum_optimum [--grid 721x641] [--actions 81] [--episodes 4096]
 
@@ -13,8 +13,8 @@ reset (random start angle and velocity), which is how `fusedrl.evaluate` scores 
 
 It prints the controller's mean return (with its standard error over start states), the DP's own
 value estimate averaged over the same start states, and the spread of means over blocks of 64
-episodes, the size of a preset row's evaluation. A finer grid can only be checked by running it:
-the mean moving by less than its standard error between grids is the sign the grid is fine enough.
+episodes, the size of a preset row's evaluation. Whether a grid is fine enough is checked by running
+a finer one: the mean should move by about its standard error or less.
 """
 
 from __future__ import annotations
