@@ -40,6 +40,7 @@ def solve(num_theta: int, num_velocity: int, num_actions: int):
     bilinear interpolation of one such grid at any state.
     """
     from fusedrl.envs import make
+    from fusedrl.envs.pendulum import _angle_normalize
 
     env, params = make("Pendulum-v1")
     horizon = params.max_steps_in_episode
@@ -51,7 +52,7 @@ def solve(num_theta: int, num_velocity: int, num_actions: int):
     d_vel = 2 * vmax / (num_velocity - 1)
 
     def value_at(grid, theta, theta_dot):
-        x = jnp.mod(theta + math.pi, 2 * math.pi) / d_theta
+        x = (_angle_normalize(theta) + math.pi) / d_theta  # in [0, num_theta)
         i0 = jnp.floor(x).astype(jnp.int32)
         fx = x - i0
         i0 = i0 % num_theta
@@ -73,18 +74,18 @@ def solve(num_theta: int, num_velocity: int, num_actions: int):
     theta_grid, vel_grid = (a.ravel() for a in jnp.meshgrid(thetas, velocities, indexing="ij"))
     grid_state = _start_states(theta_grid, vel_grid)
 
-    @jax.jit
-    def backup(grid):
+    def backup(grid, _):  # emits the grid it starts from: values[0] (zeros) first
         def q(torque):
             nxt, reward = step_all(grid_state, torque)
             return reward + value_at(grid, nxt.theta, nxt.theta_dot)
 
-        return jax.lax.map(q, torques).max(0).reshape(num_theta, num_velocity)
+        return jax.lax.map(q, torques).max(0).reshape(num_theta, num_velocity), grid
 
-    values = [jnp.zeros((num_theta, num_velocity), jnp.float32)]
-    for _ in range(horizon):
-        values.append(backup(values[-1]))
-    return jnp.stack(values), torques, value_at, env, params
+    # horizon + 1 iterations, so the last backup is computed and dropped: one grid more work, but
+    # the stacked values are the scan's own output, never copied.
+    zeros = jnp.zeros((num_theta, num_velocity), jnp.float32)
+    _, values = jax.jit(lambda g: jax.lax.scan(backup, g, None, length=horizon + 1))(zeros)
+    return values, torques, value_at, env, params
 
 
 def _start_states(theta, theta_dot):
