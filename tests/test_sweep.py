@@ -272,10 +272,13 @@ MULTI_DEVICE = textwrap.dedent(
     # on the one device of its own process.
     many = sweep(config, 2, lr={lrs}, key=jax.random.key(7))
     out = {{"sweep_metrics": {{k: np.asarray(v).tolist() for k, v in many.metrics.items()}},
-           "sweep_params": [np.asarray(x).tolist() for x in jax.tree.leaves(many.result.params)]}}
+           "sweep_params": [np.asarray(x).tolist() for x in jax.tree.leaves(many.result.params)],
+           # Trimmed on the host (no all-gather program per leaf): each leaf on one device.
+           "sweep_leaf_devices": sorted({{len(x.devices()) for x in jax.tree.leaves(many.result)}})}}
     # One agent, 8 envs as 4 shards of 2: shard_map over 4 devices vs vmap on one device.
     big = config.replace(num_envs=8, total_timesteps=8 * 16 * 3)
-    dp4 = data_parallel_train(big)(jax.random.key(1))
+    # Finished before dp1 is compiled and run: the two never share the device threads.
+    dp4 = jax.block_until_ready(data_parallel_train(big)(jax.random.key(1)))
     dp1 = data_parallel_train(big, jax.devices()[:1], num_shards=4)(jax.random.key(1))
     out["dp_metrics"] = diff(dp4.metrics, dp1.metrics)
     out["dp_params"] = diff(dp4.params, dp1.params)
@@ -287,7 +290,12 @@ MULTI_DEVICE = textwrap.dedent(
 
 
 def _run_forced_devices(script: str, timeout: int = 1200) -> dict:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    # XLA:CPU aborts when a collective waits 40 s for the other device threads; that once happened
+    # to a sweep's all-gather in CI, on a 2-core machine shared with the other test worker. The
+    # limit is raised to the subprocess's: a slow rendezvous passes, a hung one still fails.
+    flags = ("--xla_force_host_platform_device_count=4"
+             f" --xla_cpu_collective_call_terminate_timeout_seconds={timeout}")
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -309,6 +317,7 @@ def test_sharded_sweep_and_data_parallel_match_one_device(swept):
     assert len(out["sweep_params"]) == len(leaves)
     for value, ref in zip(out["sweep_params"], leaves, strict=True):
         np.testing.assert_allclose(value, ref, **TOL)
+    assert out["sweep_leaf_devices"] == [1]
     assert out["dp_metrics"] <= 1e-5 and out["dp_params"] <= 1e-5, out
     assert out["dp_env_steps"] == [128, 256, 384]  # the whole agent's steps: 8 envs x 16 x update
     assert out["dp_obs_shape"] == [4, 2, 4]  # [shards, envs per shard, obs]

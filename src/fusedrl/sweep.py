@@ -21,8 +21,9 @@ runs execute:
   Measured on a 2-core CPU at PureJaxRL's CartPole config (4 envs x 128 steps, 8 runs): the
   vmap gave 74.7k aggregate env steps/s on 1.4 cores, the same runs one after another 89.0k on
   one core, and two streams 137-169k against 81-86k for the vmap (README benchmark notes).
-Runs are padded to a multiple of the device (or stream) count and trimmed afterwards. Memory is
-[runs, num_updates] per metric plus one final state per run; nothing grows with total timesteps.
+Runs are padded to a multiple of the device (or stream) count and trimmed afterwards (on the
+host when they were sharded over devices: see `_on_host`). Memory is [runs, num_updates] per
+metric plus one final state per run; nothing grows with total timesteps.
 
 Modes (the keyword arguments after `**` are the axes):
 - "grid" (default): the Cartesian product; each field is a dimension of the result.
@@ -577,8 +578,13 @@ def sweep(
     def unflatten(x):
         return x[:num_runs].reshape(shape + x.shape[1:])
 
-    metrics = {k: np.asarray(unflatten(v)) for k, v in out.metrics.items()}
-    result = jax.tree.map(unflatten, out) if keep_state else None
+    metrics = {k: unflatten(np.asarray(v)) for k, v in out.metrics.items()}
+    if not keep_state:
+        result = None
+    elif sharding is None:
+        result = jax.tree.map(unflatten, out)
+    else:
+        result = jax.tree.map(lambda x: _on_host(x, unflatten), out)
     return SweepResult(
         config=config, mode=mode, dims=dims, axes=axes_out, values=values, metrics=metrics,
         result=result, seed_keys=seed_keys,
@@ -682,6 +688,23 @@ def _global_array(x: np.ndarray, sharding):
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
+def _on_host(x, fn):
+    """`fn` applied on the host to a run-sharded array, the result put back on the default device.
+
+    Slicing the padding off (or reshaping) an array sharded over several devices is, on the
+    device, an SPMD program with an all-gather: one per leaf, dispatched back to back without
+    waiting. One such all-gather aborted a CI run on a 2-core machine (XLA:CPU, 4 forced host
+    devices: 2 of the 4 device threads reached its rendezvous within XLA's 40 s limit). The cause
+    was not found: 12 local runs of that test's script, half of them beside 3 busy loops, passed,
+    as did 52,800 such all-gathers in a loop. Copying the shards to the host needs no device
+    program at all, costs one copy of the final state, and leaves each leaf on one device instead
+    of replicated on every one."""
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        data = fn(np.asarray(jax.random.key_data(x)))
+        return jax.random.wrap_key_data(jax.device_put(data), impl=jax.random.key_impl(x))
+    return jax.device_put(fn(np.asarray(x)))
+
+
 def _fetch_if_multihost(out):
     """On several processes each holds only its devices' runs: gather every run to every host."""
     if jax.process_count() == 1:
@@ -726,6 +749,10 @@ def data_parallel_train(
     `episodes_completed` are totals, episode returns/lengths are averaged over the episodes of all
     shards, the loss statistics are the means over shards (exactly the global minibatch means,
     the shards being equal in size); `explained_variance` is the mean of the shards' values.
+
+    Each `pmean` waits for every shard. XLA:CPU (e.g. with `--xla_force_host_platform_device_count`)
+    aborts the process when one waits more than 40 s; on a heavily loaded machine raise that with
+    `--xla_cpu_collective_call_terminate_timeout_seconds` in `XLA_FLAGS`.
     """
     devices = tuple(jax.devices() if devices is None else devices)
     num_shards = len(devices) if num_shards is None else int(num_shards)
