@@ -101,14 +101,28 @@ def test_sweep_bench_runs_and_reports_rows(capsys):
         bench_sweep.main(["--streams", "0"])
 
 
-def test_presets_bench_runs_one_tiny_row(capsys):
+def test_presets_bench_runs_one_tiny_row(capsys, monkeypatch):
+    import fusedrl
     from fusedrl.bench import presets as bench_presets
 
-    argv = ["--env", "CartPole-v1", "--seeds", "1", "--episodes", "2",
+    calls = []
+    evaluate = fusedrl.evaluate
+
+    def recording(config, result, key, num_episodes=64, *, greedy=True):
+        calls.append((num_episodes, greedy))
+        return evaluate(config, result, key, num_episodes, greedy=greedy)
+
+    monkeypatch.setattr(fusedrl, "evaluate", recording)
+    argv = ["--env", "CartPole-v1", "--seeds", "2", "--episodes", "3",
             "--set", "total_timesteps=1024", "--set", "num_steps=16", "--json"]
     assert bench_presets.main(argv) in (0, None)
     out = capsys.readouterr().out
     assert "CartPole-v1" in out and "500" in out  # the row names the env and its reference
+    assert sorted(calls) == [(3, False), (3, True)]  # greedy, then sampled as gymnax-blines does
+    row = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert len(row["per_seed"]) == len(row["sampled_per_seed"]) == 2
+    assert abs(row["sampled_min_seed"] - min(row["sampled_per_seed"])) <= 0.051  # rounded to 0.1
+    assert f"sampled {row['sampled_mean']:.1f} ± {row['sampled_std']:.1f}" in out
 
 
 def test_runs_bench_compares_streams_with_the_single_vmap(capsys):

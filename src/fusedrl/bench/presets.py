@@ -11,6 +11,10 @@ its final observation statistics frozen and raw (unnormalised) rewards. The row 
 standard deviation across seeds of the per-seed greedy means, the worst seed, every seed's mean,
 and the published gymnax-blines PPO return for the env. `--set field=value` overrides a preset
 field (for tuning; a row measured with overrides is not the preset's).
+
+The same policies are also evaluated with sampled actions on as many episodes (its own key), the
+way gymnax-blines evaluates (`pi.sample` in its `RolloutManager.batch_evaluate`), so its returns
+are compared like with like: the row's "sampled" mean ± std and worst seed.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, *
     returns = np.asarray(evaluate(result, k_eval))  # [seeds, episodes]
     eval_s = time.perf_counter() - t_eval
     per_seed = returns.mean(axis=1)
+    k_sampled = jax.random.fold_in(k_eval, 1)
+    sampled = np.asarray(fusedrl.evaluate(config, result, k_sampled, episodes, greedy=False)).mean(axis=1)
     train_ret = np.asarray(result.metrics["episode_return"])  # [seeds, num_updates]
     return {
         "env": env_id,
@@ -66,6 +72,10 @@ def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, *
         "std": float(per_seed.std()),
         "min_seed": float(per_seed.min()),
         "per_seed": [round(float(x), 1) for x in per_seed],
+        "sampled_mean": float(sampled.mean()),
+        "sampled_std": float(sampled.std()),
+        "sampled_min_seed": float(sampled.min()),
+        "sampled_per_seed": [round(float(x), 1) for x in sampled],
         "train_s": train_s,
         "compile_s": compile_s,
         "eval_s": eval_s,
@@ -81,13 +91,14 @@ def format_row(r: dict) -> str:
     return (
         f"{r['env']:<30} {r['env_steps']:>11,} {r['seeds']:>5} "
         f"{r['mean']:>9.1f} ± {r['std']:<7.1f} {r['min_seed']:>9.1f}  [{per}]  "
-        f"{r['train_s']:>8.1f} {r['compile_s']:>8.1f} {ref:>6}"
+        f"{r['train_s']:>8.1f} {r['compile_s']:>8.1f} {ref:>6}  "
+        f"sampled {r['sampled_mean']:.1f} ± {r['sampled_std']:.1f} ({r['sampled_min_seed']:.1f})"
     )
 
 
 HEADER = (
     f"{'env':<30} {'steps/seed':>11} {'seeds':>5} {'greedy mean ± std':>19} {'min seed':>9}  "
-    f"[per-seed means]  {'train s':>8} {'compile s':>8} {'ref':>6}"
+    f"[per-seed means]  {'train s':>8} {'compile s':>8} {'ref':>6}  sampled mean ± std (min seed)"
 )
 
 
