@@ -58,9 +58,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         normalize_reward=True,
     ),
     # gymnax-blines' MinAtar PPO (64 envs x 128 steps, 2x256 MLP, gamma 0.999, constant lr 5e-4,
-    # ent 0.01, 1e7 steps; theirs warms the lr up first, ours starts at 5e-4).
+    # ent 0.01, 1e7 steps; their lr 'warm-up' runs from 5e-4 to 5e-4, so it is constant too).
     # Measured (`python -m fusedrl.bench presets --env gymnax:Breakout-MinAtar`, 2026-11-23): greedy
     # 60.9 ± 28.0 over 4 seeds (per seed 24.9, 42.5, 91.1, 85.0); reference 28, worst seed below it.
+    # With sampled actions, as gymnax-blines evaluates: 51.6 ± 20.7 (23.8, 39.7, 73.6, 69.3). Greedy
+    # play here is at most 2 distinct episodes per policy (a deterministic env with 2 ball starts).
     # With the lr annealed: 22.7 ± 6.7 (per seed 24.5, 11.5, 29.0, 26.0). The earlier preset (2x64
     # MLP, gamma 0.99, annealed) scored 6.6 ± 0.2 at 2e6 steps and 6.7 ± 0.3 at 1e7.
     "gymnax:Breakout-MinAtar": dict(
