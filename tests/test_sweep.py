@@ -274,7 +274,9 @@ MULTI_DEVICE = textwrap.dedent(
     out = {{"sweep_metrics": {{k: np.asarray(v).tolist() for k, v in many.metrics.items()}},
            "sweep_params": [np.asarray(x).tolist() for x in jax.tree.leaves(many.result.params)],
            # Trimmed on the host (no all-gather program per leaf): each leaf on one device.
-           "sweep_leaf_devices": sorted({{len(x.devices()) for x in jax.tree.leaves(many.result)}})}}
+           "sweep_leaf_devices": sorted({{len(x.devices()) for x in jax.tree.leaves(many.result)}}),
+           "sweep_key_leaves": sum(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+                                   for x in jax.tree.leaves(many.result))}}
     # One agent, 8 envs as 4 shards of 2: shard_map over 4 devices vs vmap on one device.
     big = config.replace(num_envs=8, total_timesteps=8 * 16 * 3)
     # Finished before dp1 is compiled and run: the two never share the device threads.
@@ -318,6 +320,10 @@ def test_sharded_sweep_and_data_parallel_match_one_device(swept):
     for value, ref in zip(out["sweep_params"], leaves, strict=True):
         np.testing.assert_allclose(value, ref, **TOL)
     assert out["sweep_leaf_devices"] == [1]
+    # PRNG keys come back from the host as typed keys, as in the one-device sweep.
+    key_leaves = sum(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+                     for x in jax.tree.leaves(reference.result))
+    assert key_leaves > 0 and out["sweep_key_leaves"] == key_leaves
     assert out["dp_metrics"] <= 1e-5 and out["dp_params"] <= 1e-5, out
     assert out["dp_env_steps"] == [128, 256, 384]  # the whole agent's steps: 8 envs x 16 x update
     assert out["dp_obs_shape"] == [4, 2, 4]  # [shards, envs per shard, obs]

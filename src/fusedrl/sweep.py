@@ -699,10 +699,14 @@ def _on_host(x, fn):
     as did 52,800 such all-gathers in a loop. Copying the shards to the host needs no device
     program at all, costs one copy of the final state, and leaves each leaf on one device instead
     of replicated on every one."""
+    return _through_key_data(lambda a: jax.device_put(fn(np.asarray(a))), x)
+
+
+def _through_key_data(fn, x):
+    """`fn(x)`; for a typed PRNG key array, `fn` of its raw key data, wrapped back as keys."""
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        data = fn(np.asarray(jax.random.key_data(x)))
-        return jax.random.wrap_key_data(jax.device_put(data), impl=jax.random.key_impl(x))
-    return jax.device_put(fn(np.asarray(x)))
+        return jax.random.wrap_key_data(fn(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+    return fn(x)
 
 
 def _fetch_if_multihost(out):
@@ -711,14 +715,9 @@ def _fetch_if_multihost(out):
         return out
     from jax.experimental import multihost_utils
 
-    def gather(x):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            impl = jax.random.key_impl(x)
-            data = multihost_utils.process_allgather(jax.random.key_data(x), tiled=True)
-            return jax.random.wrap_key_data(data, impl=impl)
-        return multihost_utils.process_allgather(x, tiled=True)
-
-    return jax.tree.map(gather, out)
+    return jax.tree.map(
+        lambda x: _through_key_data(lambda a: multihost_utils.process_allgather(a, tiled=True), x), out
+    )
 
 
 # ----------------------------------------------------------------------------- data parallel
