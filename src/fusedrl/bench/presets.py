@@ -56,8 +56,7 @@ def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, *
     keys = jax.random.split(k_train, seeds)
     result, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(train)), keys)
     t_eval = time.perf_counter()
-    evaluate = jax.jit(lambda r, k: fusedrl.evaluate(config, r, k, episodes))
-    returns = np.asarray(evaluate(result, k_eval))  # [seeds, episodes]
+    returns = np.asarray(fusedrl.evaluate(config, result, k_eval, episodes))  # [seeds, episodes]
     eval_s = time.perf_counter() - t_eval
     per_seed = returns.mean(axis=1)
     k_sampled = jax.random.fold_in(k_eval, 1)
