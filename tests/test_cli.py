@@ -74,6 +74,28 @@ def test_callback_rows_are_per_seed_and_in_order(trained):
     assert recorder.calls[-1][1][0]["policy_loss"] != recorder.calls[-1][1][1]["policy_loss"]
 
 
+def test_shares_in_pieces_log_the_same_updates_and_seeds(trained, monkeypatch, tmp_path):
+    """The fixture's library run again with one update per piece (each host thread's share runs
+    6 executions): the logger sees updates 2, 4, 6 for seeds 0 and 1, with the result's values,
+    and the result matches the fixture's run (one piece per share)."""
+    import importlib
+
+    config, ref, *_ = trained
+    if runs.num_streams(2) < 2:
+        pytest.skip("one usable core: the seeds run as one vmap, in one piece")
+    monkeypatch.setattr(importlib.import_module("fusedrl.sweep"), "STREAM_PIECE_UPDATES", 1)
+    recorder = Recorder()
+    run = runs.train_run(config, tmp_path / "pieces", num_seeds=2, eval_episodes=4, progress_every=2,
+                         loggers=[recorder], progress_file=io.StringIO())
+    assert [u for u, _ in recorder.calls] == [2, 4, 6]
+    for update, rows in recorder.calls:
+        assert [r["seed"] for r in rows] == [0, 1]
+        for r in rows:
+            assert r["policy_loss"] == np.asarray(run.result.metrics["policy_loss"])[r["seed"], update - 1]
+    for name, value in ref.result.metrics.items():
+        np.testing.assert_allclose(run.result.metrics[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_monitor_regroups_calls_arriving_in_any_order():
     rec = Recorder()
     m = Monitor(num_seeds=3, batch_size=10, loggers=[rec])

@@ -10,6 +10,7 @@ import textwrap
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -33,11 +34,11 @@ EXACT = ("episodes_completed", "env_steps", "learning_rate")
 @pytest.fixture(scope="module")
 def swept():
     """3 lrs x 2 seeds, then a second sweep of the same shape (new values, other unswept gamma);
-    PPO.__call__ is traced once for both."""
+    the training loop (`PPO.run`, under the vmap and the streams alike) is traced once for both."""
     sweep_module._program.cache_clear()
     config = PPOConfig(**SMALL)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(PPO, "__call__", chex.assert_max_traces(PPO.__call__, n=1))
+        mp.setattr(PPO, "run", chex.assert_max_traces(PPO.run, n=1))
         first = sweep(config, 2, lr=LRS, key=jax.random.key(7))
         second = sweep(config.replace(gamma=0.9), 2, lr=[2e-4, 5e-4, 2e-3], key=jax.random.key(7))
     return config, first, second
@@ -164,29 +165,93 @@ def test_streams_agree_with_the_default_in_run_order(swept):
         np.testing.assert_allclose(a, b, **TOL)
 
 
-def test_streams_run_their_shares_on_separate_threads_in_order():
+def test_streams_run_their_shares_on_separate_threads_in_order(monkeypatch):
     import threading
+
+    from fusedrl.train import TrainResult
 
     seen = []
     together = threading.Barrier(3, timeout=30)  # broken unless the 3 shares run at the same time
 
-    class Program:  # stands in for the jitted lax.map program: returns its keys, notes its thread
-        def lower(self, keys, swept, base):
-            return self
+    def init(keys, swept, base):  # a run's "state": its keys, its lr and its update count
+        return {"keys": keys, "lr": swept["lr"], "updates": jnp.zeros(keys.shape[0], jnp.int32)}
 
-        def compile(self):
-            return self
+    def advance(states, swept, base, first, n):
+        index = first + jnp.arange(n, dtype=jnp.int32)
+        return TrainResult(state={**states, "updates": states["updates"] + n},
+                           metrics={"index": jnp.broadcast_to(index, (states["lr"].shape[0], n))},
+                           hparams=swept["lr"])
 
-        def __call__(self, keys, swept, base):
-            seen.append(threading.current_thread().name)
-            together.wait()
-            return {"keys": keys, "lr": swept["lr"]}
+    class Jitted:  # stands in for a jitted program (advance's 5th argument static); its
+        def __init__(self, fn):  # compiled form notes the thread that calls it
+            self.fn = fn
 
+        def __call__(self, *args):
+            return self.fn(*args)
+
+        def lower(self, *args):
+            static = args[4:]
+
+            class Lowered:
+                def compile(_):
+                    def compiled(*args):
+                        seen.append(threading.current_thread().name)
+                        if self.fn is init:
+                            together.wait()
+                        return self.fn(*args, *static)
+                    return compiled
+            return Lowered()
+
+    monkeypatch.setattr(sweep_module, "STREAM_PIECE_UPDATES", 2)
+    program = sweep_module.StreamProgram(Jitted(init), Jitted(advance))
     keys = np.arange(12, dtype=np.uint32).reshape(6, 2)
-    out = sweep_module._run_streams(Program(), 3, keys, {"lr": np.arange(6.0)}, base={})
-    np.testing.assert_array_equal(out["keys"], keys)
-    np.testing.assert_array_equal(out["lr"], np.arange(6.0))
-    assert len(seen) == 3 and len(set(seen)) == 3 and all(n.startswith("fusedrl-sweep") for n in seen)
+    # 5 updates: pieces of 1 (the first count from ceil(5 / 2) = 3 up that divides 5 is 5)
+    out = sweep_module._run_streams(program, 3, keys, {"lr": np.arange(6.0)}, {}, num_updates=5)
+    np.testing.assert_array_equal(out.state["keys"], keys)
+    np.testing.assert_array_equal(out.state["lr"], np.arange(6.0))
+    np.testing.assert_array_equal(out.state["updates"], [5] * 6)
+    np.testing.assert_array_equal(out.metrics["index"], np.tile(np.arange(5), (6, 1)))
+    threads = set(seen)
+    assert len(seen) == 3 * 6 and len(threads) == 3 and all(n.startswith("fusedrl-sweep") for n in threads)
+
+
+@pytest.mark.parametrize("n, size", [(1, 128), (128, 128), (976, 128), (1220, 128), (131, 128),
+                                     (257, 128), (7, 2), (5, 1)])
+def test_update_pieces_cover_the_run_in_order(n, size):
+    pieces = sweep_module.update_pieces(n, size)
+    firsts, counts = zip(*pieces, strict=True)
+    assert sum(counts) == n and list(firsts) == list(np.cumsum((0,) + counts[:-1]))
+    assert max(counts) <= size and max(counts) - min(counts) <= 1
+    assert len(pieces) == max(1, -(-n // size)) or len(set(counts)) == 1  # more pieces only if equal
+    if n in (976, 1220):  # the CartPole and Breakout presets: one compiled piece length each
+        assert len(set(counts)) == 1
+
+
+def test_streams_in_pieces_agree_with_whole_runs_and_call_back_alike(swept, monkeypatch):
+    """The fixture's runs (3 updates: one piece) again, with one update per piece: the same
+    metrics and final params, and the callback (every 2nd update) made on the same updates."""
+    config, whole, _ = swept
+    calls = {"whole": 0, "pieces": 0}
+
+    def counter(name):
+        def callback(metrics):
+            calls[name] += 1
+        return callback
+
+    ref = sweep(config, 2, lr=LRS, key=jax.random.key(7), streams=2, callback=counter("whole"),
+                callback_every=2)
+    monkeypatch.setattr(sweep_module, "STREAM_PIECE_UPDATES", 1)
+    assert sweep_module.update_pieces(config.num_updates) == [(0, 1), (1, 1), (2, 1)]
+    pieces = sweep(config, 2, lr=LRS, key=jax.random.key(7), streams=2, callback=counter("pieces"),
+                   callback_every=2)
+    for name, value in ref.metrics.items():
+        if name in EXACT:
+            np.testing.assert_array_equal(pieces.metrics[name], value, err_msg=name)
+        else:
+            np.testing.assert_allclose(pieces.metrics[name], value, err_msg=name, **TOL)
+    for a, b in zip(jax.tree.leaves(pieces.result.params), jax.tree.leaves(whole.result.params), strict=True):
+        np.testing.assert_allclose(a, b, **TOL)
+    assert calls["whole"] == calls["pieces"] == 6  # 6 runs, one call each (update 2 of 3)
 
 
 def test_default_streams_follow_the_devices():

@@ -409,9 +409,15 @@ class PPO:
 
     # ------------------------------------------------------------------------------------- run
     def run(
-        self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None
+        self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None,
+        first_update: int = 0,
     ) -> TrainResult:
-        """Continues training from `state` for `num_updates` updates (default: the config's)."""
+        """Continues training from `state` for `num_updates` updates (default: the config's).
+
+        `first_update` (an int, possibly traced): the index of the first of them in the whole run,
+        so that a run continued in pieces calls back on the same updates as one run would
+        (`fusedrl.sweep`'s streams run in pieces).
+        """
         hparams = self._check_hparams(hparams)
         n = self.config.num_updates if num_updates is None else int(num_updates)
         venv = self.make_env(hparams)
@@ -429,7 +435,8 @@ class PPO:
                 )
             return state, metrics
 
-        state, metrics = jax.lax.scan(body, state, jnp.arange(n, dtype=jnp.int32))
+        index = jnp.asarray(first_update, jnp.int32) + jnp.arange(n, dtype=jnp.int32)
+        state, metrics = jax.lax.scan(body, state, index)
         return TrainResult(state=state, metrics=metrics, hparams=hparams)
 
     def __call__(self, key: jax.Array, hparams: Hyperparams | None = None) -> TrainResult:

@@ -51,6 +51,14 @@ class SeedTaggedPPO(PPO):
         finally:
             self._first_seed = 0
 
+    def run_seeds(self, state, hparams=None, num_updates=None, first_update=0, first_seed=0):
+        """`run` with the seeds numbered from `first_seed` (for a run continued in pieces)."""
+        self._first_seed = first_seed
+        try:
+            return self.run(state, hparams, num_updates, first_update)
+        finally:
+            self._first_seed = 0
+
     def update_step(self, state, hparams, venv):
         state, metrics = super().update_step(state, hparams, venv)
         return state, {**metrics, "seed": self._first_seed + jax.lax.axis_index(SEED_AXIS)}

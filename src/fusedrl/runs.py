@@ -47,7 +47,7 @@ from fusedrl.progress import (
     interrupt_guard,
     is_interrupt,
 )
-from fusedrl.sweep import _num_streams, run_shares
+from fusedrl.sweep import _num_streams, continue_in_pieces, run_shares, update_pieces
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import TrainResult
 
@@ -212,24 +212,55 @@ def _program(config: PPOConfig, num_seeds: int, callback_every: int):
     return train, jax.jit(train_seeds)
 
 
+@functools.lru_cache(maxsize=8)
+def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int):
+    """`_program` for a share run in pieces of updates (several shares at once: see
+    `fusedrl.sweep.STREAM_PIECE_UPDATES`): (trainer, jitted `init(keys, hparams)`, jitted
+    `advance(states, hparams, first_seed, first_update, num_updates)`, the last static)."""
+    kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
+    train = SeedTaggedPPO(config, **kwargs)
+
+    def init(keys, hparams):
+        return jax.vmap(train.init, in_axes=(0, None))(keys, hparams)
+
+    def advance(states, hparams, first_seed, first_update, num_updates):
+        def one(state):
+            return train.run_seeds(state, hparams, num_updates, first_update, first_seed)
+
+        return drop_seed_metric(jax.vmap(one, axis_name=SEED_AXIS)(states))
+
+    return train, jax.jit(init), jax.jit(advance, static_argnums=4)
+
+
 _COMPILED: dict[tuple, Any] = {}
 
 
 def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None):
     """(trainer, `run(keys [num_seeds], hparams) -> TrainResult`, seconds spent compiling now:
     0.0 when reused). `run` splits the seeds over `streams` host threads (default `num_streams`),
-    each calling the same compiled program on its consecutive share."""
+    each calling the same compiled programs on its consecutive share; with several shares, each
+    runs in pieces of updates (`fusedrl.sweep.update_pieces`), one execution per piece."""
     streams = num_streams(num_seeds) if streams is None else int(streams)
     if num_seeds % streams:
         raise ValueError(f"streams={streams} must divide num_seeds={num_seeds}.")
     per = num_seeds // streams
-    cache_key = (config, per, callback_every)
+    pieces = update_pieces(config.num_updates) if streams > 1 else None
+    cache_key = (config, per, callback_every, None if pieces is None else tuple(pieces))
     seconds = 0.0
     if cache_key not in _COMPILED:
-        train, jitted = _program(config, per, callback_every)
         keys = jax.ShapeDtypeStruct((per,), jax.random.key(0).dtype)
         t = time.perf_counter()
-        compiled = jitted.lower(keys, train.default_hparams(), 0).compile()
+        if pieces is None:  # one share: one program
+            train, jitted = _program(config, per, callback_every)
+            compiled = jitted.lower(keys, train.default_hparams(), 0).compile()
+        else:  # several shares at once: each in pieces of updates, one execution per piece
+            train, init, advance = _pieces_program(config, per, callback_every)
+            hparams = train.default_hparams()
+            states = jax.eval_shape(init, keys, hparams)
+            scalar = jax.ShapeDtypeStruct((), np.int32)
+            compiled = (init.lower(keys, hparams).compile(),
+                        {n: advance.lower(states, hparams, scalar, scalar, n).compile()
+                         for n in sorted({n for _, n in pieces})})
         seconds = time.perf_counter() - t
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))
@@ -239,10 +270,19 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
     def run(keys, hparams) -> TrainResult:
         if streams == 1:
             return compiled(keys, hparams, 0)
+        init, advance = compiled
+
+        def share(i):
+            first_seed = np.int32(i * per)
+            return continue_in_pieces(
+                init(keys[i * per:(i + 1) * per], hparams),
+                lambda states, first, n: advance[n](states, hparams, first_seed, np.int32(first)),
+                pieces,
+            )
 
         def part(i):
             try:
-                return jax.block_until_ready(compiled(keys[i * per:(i + 1) * per], hparams, i * per))
+                return jax.block_until_ready(share(i))
             except BaseException as e:
                 # Ctrl-C (or a KeyboardInterrupt from a logger) in one share: the others stop at
                 # their next callback. Other errors are left to surface as themselves.

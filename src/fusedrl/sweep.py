@@ -15,15 +15,18 @@ runs execute:
 - One accelerator, or `streams=1`: one `jax.vmap` of all runs on it.
 - One CPU device (the default there): `streams` host threads, one per usable core, each running
   its equal share of the runs one after another (a `lax.map` of the single-run program; every
-  stream runs the same compiled executable). Each stream is still one fused program; nothing
-  crosses the host boundary during training. Why: XLA:CPU runs an agent's many small kernels
-  no faster batched over runs than one run at a time, and cannot spread them over its cores.
+  stream runs the same compiled executables), in pieces of about `STREAM_PIECE_UPDATES` updates:
+  one fused execution per piece, the runs' states staying on the device between pieces (XLA:CPU
+  holds some memory until an execution ends when several run at once; see that constant). Only
+  the next piece's launch crosses the host boundary during training. Why streams: XLA:CPU runs
+  an agent's many small kernels no faster batched over runs than one run at a time, and cannot
+  spread them over its cores.
   Measured on a 2-core CPU at PureJaxRL's CartPole config (4 envs x 128 steps, 8 runs): the
   vmap gave 74.7k aggregate env steps/s on 1.4 cores, the same runs one after another 89.0k on
   one core, and two streams 137-169k against 81-86k for the vmap (README benchmark notes).
 Runs are padded to a multiple of the device (or stream) count and trimmed afterwards (on the
-host when they were sharded over devices: see `_on_host`). Memory is [runs, num_updates] per
-metric plus one final state per run; nothing grows with total timesteps.
+host when they were sharded over devices: see `_on_host`). Results are [runs, num_updates] per
+metric plus one final state per run; nothing else grows with total timesteps.
 
 Modes (the keyword arguments after `**` are the axes):
 - "grid" (default): the Cartesian product; each field is a dimension of the result.
@@ -54,7 +57,7 @@ import functools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -566,7 +569,7 @@ def sweep(
     # Unswept values are traced arguments shared by every run (numpy: replicated on every host).
     base = jax.tree.map(np.asarray, make_train(config).default_hparams())
     if streams > 1:
-        out = _run_streams(program, streams, run_keys, batched, base)
+        out = _run_streams(program, streams, run_keys, batched, base, config.num_updates)
     else:
         args_keys = _global_array(run_keys, sharding)
         args_swept = {n: _global_array(v, sharding) for n, v in batched.items()}
@@ -623,23 +626,75 @@ def usable_cores() -> int:
 
 _STREAM_EXECUTABLES: dict[tuple, Any] = {}
 
+#: A stream runs its share in pieces of about this many updates, one execution each. XLA:CPU (jax
+#: 0.10.2) keeps memory from YNNPACK's threaded dots and reductions until an execution ends when
+#: two executions run at once: Breakout-MinAtar's preset (2x256 MLP) grew ~13 MB/s on two streams
+#: and a 4-seed sweep of it was killed for lack of memory after ~40 min on 24 GiB; one execution
+#: at a time, or these ops left to other kernels, stayed flat (README benchmark notes).
+STREAM_PIECE_UPDATES = 128
 
-def _run_streams(program, streams: int, run_keys, batched, base) -> TrainResult:
-    """Runs `program` (a `lax.map` over runs) on `streams` equal slices of the runs, one host
-    thread each, and concatenates the results in run order."""
+
+class StreamProgram(NamedTuple):
+    """A stream's jitted programs: `init(keys, swept, base)` -> the runs' `RunnerState`s, and
+    `advance(states, swept, base, first_update, num_updates)` (the last static) -> `TrainResult`
+    of the runs continued for `num_updates` updates; both `lax.map` over the runs."""
+
+    init: Any
+    advance: Any
+
+
+def update_pieces(num_updates: int, size: int | None = None) -> list[tuple[int, int]]:
+    """(first update, count) of consecutive pieces covering `num_updates`, none longer than `size`
+    (default `STREAM_PIECE_UPDATES`): equal pieces when some count between ceil(n / size) and
+    twice that divides n (one program to compile), else two sizes that differ by one."""
+    size = STREAM_PIECE_UPDATES if size is None else size
+    k = max(1, -(-num_updates // size))
+    k = next((d for d in range(k, 2 * k + 1) if num_updates % d == 0), k)
+    q, r = divmod(num_updates, k)
+    counts = [q + 1] * r + [q] * (k - r)
+    firsts = np.cumsum([0] + counts[:-1])
+    return [(int(f), c) for f, c in zip(firsts, counts, strict=True)]
+
+
+def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, int]]) -> TrainResult:
+    """`advance(states, first_update, num_updates) -> TrainResult` called piece after piece, each
+    from the previous one's states; the pieces' metrics joined along their update axis (1)."""
+    metrics = []
+    for first, n in pieces:
+        out = advance(states, first, n)
+        states = out.state
+        metrics.append(out.metrics)
+    return out.replace(metrics={k: jnp.concatenate([m[k] for m in metrics], axis=1) for k in metrics[0]})
+
+
+def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
+                 num_updates: int) -> TrainResult:
+    """Runs the runs in `streams` equal slices, one host thread each, every slice in pieces of
+    updates (`update_pieces`), and concatenates the results in run order."""
     per = run_keys.shape[0] // streams
     args = [(run_keys[i * per:(i + 1) * per], {n: v[i * per:(i + 1) * per] for n, v in batched.items()})
             for i in range(streams)]
+    pieces = update_pieces(num_updates)
     # Compiled here, once, rather than by the first call of each thread at the same time.
-    cache_key = (program, per, tuple((n, v.dtype.str) for n, v in batched.items()))
+    cache_key = (program, per, tuple(pieces), tuple((n, v.dtype.str) for n, v in batched.items()))
     if cache_key not in _STREAM_EXECUTABLES:
         if len(_STREAM_EXECUTABLES) >= 16:
             _STREAM_EXECUTABLES.pop(next(iter(_STREAM_EXECUTABLES)))
-        _STREAM_EXECUTABLES[cache_key] = program.lower(*args[0], base).compile()
-    executable = _STREAM_EXECUTABLES[cache_key]
+        init = program.init.lower(*args[0], base).compile()
+        states = jax.eval_shape(program.init, *args[0], base)
+        first = jax.ShapeDtypeStruct((), jnp.int32)
+        advance = {n: program.advance.lower(states, args[0][1], base, first, n).compile()
+                   for n in sorted({n for _, n in pieces})}
+        _STREAM_EXECUTABLES[cache_key] = init, advance
+    init, advance = _STREAM_EXECUTABLES[cache_key]
 
     def part(i):
-        return jax.block_until_ready(executable(*args[i], base))
+        keys, swept = args[i]
+        return jax.block_until_ready(continue_in_pieces(
+            init(keys, swept, base),
+            lambda states, first, n: advance[n](states, swept, base, np.int32(first)),
+            pieces,
+        ))
 
     return run_shares(part, streams, "fusedrl-sweep")
 
@@ -656,20 +711,34 @@ def run_shares(part: Callable[[int], Any], streams: int, thread_name_prefix: str
 def _program(config, swept, devices, key_impl, callback, callback_every, mapped=False):
     """The jitted sweep program for a (static config, set of swept fields, devices): compiled
     once, reused by later sweeps of the same shapes. Returns (program, run-axis sharding or None).
-    mapped: the runs one after another (`lax.map`, for one stream of several) instead of a vmap."""
+    mapped: for one stream of several, a `StreamProgram` that runs its runs one after another
+    (`lax.map`) and in pieces of updates, instead of a vmap of whole runs."""
     train = make_train(config, callback=callback, callback_every=callback_every)
 
-    def run(key_data, hp_changes, env_changes, base):
-        hp = base.replace(**hp_changes, env_params=base.env_params.replace(**env_changes))
-        return train(jax.random.wrap_key_data(key_data, impl=key_impl), hp)
+    def hparams_of(swept_values, base):
+        hp = {n: swept_values[n] for n, kind in swept if kind == "hp"}
+        env = {n: swept_values[n] for n, kind in swept if kind == "env"}
+        return base.replace(**hp, env_params=base.env_params.replace(**env))
+
+    def key_of(key_data):
+        return jax.random.wrap_key_data(key_data, impl=key_impl)
+
+    if mapped:
+        def init(keys, swept_values, base):
+            return jax.lax.map(lambda xs: train.init(key_of(xs[0]), hparams_of(xs[1], base)),
+                               (keys, swept_values))
+
+        def advance(states, swept_values, base, first_update, num_updates):
+            return jax.lax.map(
+                lambda xs: train.run(xs[0], hparams_of(xs[1], base), num_updates, first_update),
+                (states, swept_values),
+            )
+
+        return StreamProgram(jax.jit(init), jax.jit(advance, static_argnums=4)), None
 
     def runs(keys, swept_values, base):
-        hp_changes = {n: swept_values[n] for n, kind in swept if kind == "hp"}
-        env_changes = {n: swept_values[n] for n, kind in swept if kind == "env"}
-        if mapped:
-            return jax.lax.map(lambda xs: run(*xs, base), (keys, hp_changes, env_changes))
         # Only swept leaves carry the run axis; the unswept `base` is shared, not copied per run.
-        return jax.vmap(run, in_axes=(0, 0, 0, None))(keys, hp_changes, env_changes, base)
+        return jax.vmap(lambda k, v: train(key_of(k), hparams_of(v, base)))(keys, swept_values)
 
     if len(devices) == 1:
         return jax.jit(runs), None
