@@ -42,17 +42,14 @@ class SeedTaggedPPO(PPO):
     seeds (`fusedrl.runs`: one host thread per core, each with a vmap of its share).
     """
 
-    _first_seed: Any = 0  # read while `update_step` is traced; set by `__call__`
+    _first_seed: Any = 0  # read while `update_step` is traced; set by `run_seeds`
 
     def __call__(self, key, hparams=None, first_seed=0):
-        self._first_seed = first_seed
-        try:
-            return super().__call__(key, hparams)
-        finally:
-            self._first_seed = 0
+        hparams = self._check_hparams(hparams)
+        return self.run_seeds(self.init(key, hparams), hparams, first_seed=first_seed)
 
     def run_seeds(self, state, hparams=None, num_updates=None, first_update=0, first_seed=0):
-        """`run` with the seeds numbered from `first_seed` (for a run continued in pieces)."""
+        """`run` with the seeds numbered from `first_seed` (also for a run continued in pieces)."""
         self._first_seed = first_seed
         try:
             return self.run(state, hparams, num_updates, first_update)
