@@ -202,10 +202,11 @@ def test_streams_run_their_shares_on_separate_threads_in_order(monkeypatch):
                     return compiled
             return Lowered()
 
-    monkeypatch.setattr(sweep_module, "STREAM_PIECE_UPDATES", 2)
+    monkeypatch.setattr(sweep_module, "STREAM_PIECE_UPDATES", 4)
     program = sweep_module.StreamProgram(Jitted(init), Jitted(advance))
     keys = np.arange(12, dtype=np.uint32).reshape(6, 2)
-    # 5 updates: pieces of 1 (the first count from ceil(5 / 2) = 3 up that divides 5 is 5)
+    # 2 runs per stream: pieces of at most 4 // 2 = 2 updates of each run; of 5 updates, 5 pieces
+    # of 1 (the first count from ceil(5 / 2) = 3 up that divides 5 is 5)
     out = sweep_module._run_streams(program, 3, keys, {"lr": np.arange(6.0)}, {}, num_updates=5)
     np.testing.assert_array_equal(out.state["keys"], keys)
     np.testing.assert_array_equal(out.state["lr"], np.arange(6.0))

@@ -15,15 +15,15 @@ runs execute:
 - One accelerator, or `streams=1`: one `jax.vmap` of all runs on it.
 - One CPU device (the default there): `streams` host threads, one per usable core, each running
   its equal share of the runs one after another (a `lax.map` of the single-run program; every
-  stream runs the same compiled executables), in pieces of about `STREAM_PIECE_UPDATES` updates:
-  one fused execution per piece, the runs' states staying on the device between pieces (XLA:CPU
-  holds some memory until an execution ends when several run at once; see that constant). Only
-  the next piece's launch crosses the host boundary during training. Why streams: XLA:CPU runs
-  an agent's many small kernels no faster batched over runs than one run at a time, and cannot
-  spread them over its cores.
-  Measured on a 2-core CPU at PureJaxRL's CartPole config (4 envs x 128 steps, 8 runs): the
-  vmap gave 74.7k aggregate env steps/s on 1.4 cores, the same runs one after another 89.0k on
-  one core, and two streams 137-169k against 81-86k for the vmap (README benchmark notes).
+  stream runs the same compiled executables), in pieces of about `STREAM_PIECE_UPDATES` updates
+  of all its runs together: one fused execution per piece, the runs' states staying on the
+  device between pieces (XLA:CPU holds some memory until an execution ends when several run at
+  once; see that constant). Only the next piece's launch crosses the host boundary during
+  training. Why streams: XLA:CPU runs an agent's many small kernels no faster batched over runs
+  than one run at a time, and cannot spread them over its cores. Measured on a 2-core CPU at
+  PureJaxRL's CartPole config (4 envs x 128 steps, 8 runs): the vmap gave 74.7k aggregate env
+  steps/s on 1.4 cores, the same runs one after another 89.0k on one core, and two streams
+  137-169k against 81-86k for the vmap (README benchmark notes).
 Runs are padded to a multiple of the device (or stream) count and trimmed afterwards (on the
 host when they were sharded over devices: see `_on_host`). Results are [runs, num_updates] per
 metric plus one final state per run; nothing else grows with total timesteps.
@@ -626,11 +626,13 @@ def usable_cores() -> int:
 
 _STREAM_EXECUTABLES: dict[tuple, Any] = {}
 
-#: A stream runs its share in pieces of about this many updates, one execution each. XLA:CPU (jax
-#: 0.10.2) keeps memory from YNNPACK's threaded dots and reductions until an execution ends when
-#: two executions run at once: Breakout-MinAtar's preset (2x256 MLP) grew ~13 MB/s on two streams
-#: and a 4-seed sweep of it was killed for lack of memory after ~40 min on 24 GiB; one execution
-#: at a time, or these ops left to other kernels, stayed flat (README benchmark notes).
+#: A stream runs its share in pieces of about this many updates in all, one execution each: its
+#: `lax.map` trains its runs one after another, so each run advances by this many updates divided
+#: by the stream's number of runs (at least 1) per piece. XLA:CPU (jax 0.10.2) keeps memory from
+#: YNNPACK's threaded dots and reductions until an execution ends when two executions run at once:
+#: Breakout-MinAtar's preset (2x256 MLP) grew ~13 MB/s on two streams and a 4-seed sweep of it was
+#: killed for lack of memory after ~40 min on 24 GiB; one execution at a time, or these ops left
+#: to other kernels, stayed flat (README, "Sweeps, devices, hosts").
 STREAM_PIECE_UPDATES = 128
 
 
@@ -670,11 +672,11 @@ def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, in
 def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
                  num_updates: int) -> TrainResult:
     """Runs the runs in `streams` equal slices, one host thread each, every slice in pieces of
-    updates (`update_pieces`), and concatenates the results in run order."""
+    updates (`update_pieces`, `STREAM_PIECE_UPDATES`), and concatenates the results in run order."""
     per = run_keys.shape[0] // streams
     args = [(run_keys[i * per:(i + 1) * per], {n: v[i * per:(i + 1) * per] for n, v in batched.items()})
             for i in range(streams)]
-    pieces = update_pieces(num_updates)
+    pieces = update_pieces(num_updates, max(1, STREAM_PIECE_UPDATES // per))
     # Compiled here, once, rather than by the first call of each thread at the same time.
     cache_key = (program, per, tuple(pieces), tuple((n, v.dtype.str) for n, v in batched.items()))
     if cache_key not in _STREAM_EXECUTABLES:
