@@ -31,6 +31,18 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 EXACT = ("episodes_completed", "env_steps", "learning_rate")
 
 
+def assert_runs_match(metrics, want_metrics, params, want_params):
+    """Every metric of `want_metrics` in `metrics` (exact for the counts, else to TOL), and the
+    parameter trees equal to TOL."""
+    for name, value in want_metrics.items():
+        if name in EXACT:
+            np.testing.assert_array_equal(metrics[name], value, err_msg=name)
+        else:
+            np.testing.assert_allclose(metrics[name], value, err_msg=name, **TOL)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want_params), strict=True):
+        np.testing.assert_allclose(a, b, **TOL)
+
+
 @pytest.fixture(scope="module")
 def swept():
     """3 lrs x 2 seeds, then a second sweep of the same shape (new values, other unswept gamma);
@@ -65,14 +77,7 @@ def test_slices_equal_single_runs(swept):
             single = train(r.seed_keys[seed], config.hparams().replace(lr=np.float32(lr)))
             part = r.sel(seed=seed, lr=lr)
             assert part.dims == () and part.metrics["policy_loss"].shape == (config.num_updates,)
-            for name, value in single.metrics.items():
-                if name in EXACT:
-                    np.testing.assert_array_equal(part.metrics[name], value, err_msg=name)
-                else:
-                    np.testing.assert_allclose(part.metrics[name], value, err_msg=name, **TOL)
-            for a, b in zip(jax.tree.leaves(part.result.params), jax.tree.leaves(single.params),
-                            strict=True):
-                np.testing.assert_allclose(a, b, **TOL)
+            assert_runs_match(part.metrics, single.metrics, part.result.params, single.params)
     # The tolerance is tight enough to tell runs apart: another lr's parameters do not match.
     other = train(r.seed_keys[0], config.hparams().replace(lr=np.float32(LRS[2])))
     mine = r.sel(seed=0, lr=LRS[0]).result.params
@@ -156,13 +161,7 @@ def test_streams_agree_with_the_default_in_run_order(swept):
     config, r, _ = swept
     other = sweep(config, 2, lr=LRS, key=jax.random.key(7), streams=4)
     assert other.shape == r.shape
-    for name, value in r.metrics.items():
-        if name in EXACT:
-            np.testing.assert_array_equal(other.metrics[name], value, err_msg=name)
-        else:
-            np.testing.assert_allclose(other.metrics[name], value, err_msg=name, **TOL)
-    for a, b in zip(jax.tree.leaves(other.result.params), jax.tree.leaves(r.result.params), strict=True):
-        np.testing.assert_allclose(a, b, **TOL)
+    assert_runs_match(other.metrics, r.metrics, other.result.params, r.result.params)
 
 
 def test_streams_run_their_shares_on_separate_threads_in_order(monkeypatch):
@@ -245,13 +244,7 @@ def test_streams_in_pieces_agree_with_whole_runs_and_call_back_alike(swept, monk
     assert sweep_module.update_pieces(config.num_updates) == [(0, 1), (1, 1), (2, 1)]
     pieces = sweep(config, 2, lr=LRS, key=jax.random.key(7), streams=2, callback=counter("pieces"),
                    callback_every=2)
-    for name, value in ref.metrics.items():
-        if name in EXACT:
-            np.testing.assert_array_equal(pieces.metrics[name], value, err_msg=name)
-        else:
-            np.testing.assert_allclose(pieces.metrics[name], value, err_msg=name, **TOL)
-    for a, b in zip(jax.tree.leaves(pieces.result.params), jax.tree.leaves(whole.result.params), strict=True):
-        np.testing.assert_allclose(a, b, **TOL)
+    assert_runs_match(pieces.metrics, ref.metrics, pieces.result.params, whole.result.params)
     assert calls["whole"] == calls["pieces"] == 6  # 6 runs, one call each (update 2 of 3)
 
 
