@@ -190,8 +190,11 @@ def test_streams_run_their_shares_on_separate_threads_in_order(monkeypatch):
 
         def lower(self, *args):
             static = args[4:]
+            fn = self.fn
 
             class Lowered:
+                out_info = jax.eval_shape(lambda *a: fn(*a, *static), *args[:4])
+
                 def compile(_):
                     def compiled(*args):
                         seen.append(threading.current_thread().name)

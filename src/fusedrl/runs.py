@@ -256,10 +256,10 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
         else:  # several shares at once: each in pieces of updates, one execution per piece
             train, init, advance = _pieces_program(config, per, callback_every)
             hparams = train.default_hparams()
-            states = jax.eval_shape(init, keys, hparams)
+            lowered = init.lower(keys, hparams)  # its out_info: the states' shapes, without a retrace
             scalar = jax.ShapeDtypeStruct((), np.int32)
-            compiled = (init.lower(keys, hparams).compile(),
-                        {n: advance.lower(states, hparams, scalar, scalar, n).compile()
+            compiled = (lowered.compile(),
+                        {n: advance.lower(lowered.out_info, hparams, scalar, scalar, n).compile()
                          for n in sorted({n for _, n in pieces})})
         seconds = time.perf_counter() - t
         if len(_COMPILED) >= 8:

@@ -682,8 +682,8 @@ def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
     if cache_key not in _STREAM_EXECUTABLES:
         if len(_STREAM_EXECUTABLES) >= 16:
             _STREAM_EXECUTABLES.pop(next(iter(_STREAM_EXECUTABLES)))
-        init = program.init.lower(*args[0], base).compile()
-        states = jax.eval_shape(program.init, *args[0], base)
+        lowered = program.init.lower(*args[0], base)
+        init, states = lowered.compile(), lowered.out_info
         first = jax.ShapeDtypeStruct((), jnp.int32)
         advance = {n: program.advance.lower(states, args[0][1], base, first, n).compile()
                    for n in sorted({n for _, n in pieces})}
