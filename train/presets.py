@@ -64,8 +64,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # With sampled actions, as gymnax-blines evaluates: 51.6 ± 20.7 (23.8, 39.7, 73.6, 69.3). Greedy
     # play here is at most 2 distinct episodes per policy (a deterministic env with 2 ball starts).
     # With update_epochs=8 (a `fusedrl.sweep` run of the same seeds' keys at e1c3f7a, 1926 s): greedy
-    # 57.0, 49.2, 86.4, 71.0, sampled 36.9, 42.7, 53.3, 37.1, every seed above 28; not yet measured
-    # by `bench presets`, so not the preset yet (README).
+    # 57.0, 49.2, 86.4, 71.0, sampled 36.9, 42.7, 53.3, 37.1, every seed above 28. But its `bench
+    # presets --set update_epochs=8` row (c392dd9): greedy 47.9 ± 26.0 (per seed 24.4, 57.0, 86.6,
+    # 23.7), sampled 32.4 ± 15.4 (14.1, 51.4, 43.4, 20.8): two seeds below 28, so 4 epochs stay.
     # With the lr annealed: 22.7 ± 6.7 (per seed 24.5, 11.5, 29.0, 26.0). The earlier preset (2x64
     # MLP, gamma 0.99, annealed) scored 6.6 ± 0.2 at 2e6 steps and 6.7 ± 0.3 at 1e7.
     "gymnax:Breakout-MinAtar": dict(
