@@ -47,7 +47,13 @@ from fusedrl.progress import (
     interrupt_guard,
     is_interrupt,
 )
-from fusedrl.sweep import _num_streams, continue_in_pieces, run_shares, update_pieces
+from fusedrl.sweep import (
+    _num_streams,
+    compile_in_pieces,
+    continue_in_pieces,
+    run_shares,
+    update_pieces,
+)
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import TrainResult
 
@@ -256,11 +262,8 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
         else:  # several shares at once: each in pieces of updates, one execution per piece
             train, init, advance = _pieces_program(config, per, callback_every)
             hparams = train.default_hparams()
-            lowered = init.lower(keys, hparams)  # its out_info: the states' shapes, without a retrace
-            scalar = jax.ShapeDtypeStruct((), np.int32)
-            compiled = (lowered.compile(),
-                        {n: advance.lower(lowered.out_info, hparams, scalar, scalar, n).compile()
-                         for n in sorted({n for _, n in pieces})})
+            first_seed = jax.ShapeDtypeStruct((), np.int32)
+            compiled = compile_in_pieces(init, (keys, hparams), advance, (hparams, first_seed), pieces)
         seconds = time.perf_counter() - t
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))

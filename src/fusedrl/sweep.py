@@ -658,6 +658,17 @@ def update_pieces(num_updates: int, size: int | None = None) -> list[tuple[int, 
     return [(int(f), c) for f, c in zip(firsts, counts, strict=True)]
 
 
+def compile_in_pieces(init, init_args: Sequence, advance, advance_args: Sequence,
+                      pieces: Sequence[tuple[int, int]]) -> tuple[Any, dict[int, Any]]:
+    """Compiles jitted `init(*init_args)` -> states and, once per distinct piece length n in
+    `pieces`, jitted `advance(states, *advance_args, first_update, n)` (n static): the executables
+    `continue_in_pieces` calls. The states' shapes come from the lowered `init` (no second trace)."""
+    lowered = init.lower(*init_args)
+    first = jax.ShapeDtypeStruct((), jnp.int32)
+    return lowered.compile(), {n: advance.lower(lowered.out_info, *advance_args, first, n).compile()
+                               for n in sorted({n for _, n in pieces})}
+
+
 def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, int]]) -> TrainResult:
     """`advance(states, first_update, num_updates) -> TrainResult` called piece after piece, each
     from the previous one's states; the pieces' metrics joined along their update axis (1)."""
@@ -682,12 +693,8 @@ def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
     if cache_key not in _STREAM_EXECUTABLES:
         if len(_STREAM_EXECUTABLES) >= 16:
             _STREAM_EXECUTABLES.pop(next(iter(_STREAM_EXECUTABLES)))
-        lowered = program.init.lower(*args[0], base)
-        init, states = lowered.compile(), lowered.out_info
-        first = jax.ShapeDtypeStruct((), jnp.int32)
-        advance = {n: program.advance.lower(states, args[0][1], base, first, n).compile()
-                   for n in sorted({n for _, n in pieces})}
-        _STREAM_EXECUTABLES[cache_key] = init, advance
+        _STREAM_EXECUTABLES[cache_key] = compile_in_pieces(
+            program.init, (*args[0], base), program.advance, (args[0][1], base), pieces)
     init, advance = _STREAM_EXECUTABLES[cache_key]
 
     def part(i):
