@@ -204,11 +204,16 @@ def num_streams(num_seeds: int) -> int:
     return max(s for s in range(1, cap + 1) if num_seeds % s == 0)
 
 
+def _trainer(config: PPOConfig, callback_every: int) -> SeedTaggedPPO:
+    """The seed-tagged trainer, reporting to `dispatch` every `callback_every` updates (0: never)."""
+    kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
+    return SeedTaggedPPO(config, **kwargs)
+
+
 @functools.lru_cache(maxsize=8)
 def _program(config: PPOConfig, num_seeds: int, callback_every: int):
     """(trainer, jitted train of `num_seeds` seeds numbered from `first_seed`) for a static setup."""
-    kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
-    train = SeedTaggedPPO(config, **kwargs)
+    train = _trainer(config, callback_every)
 
     def train_seeds(keys, hparams, first_seed):
         one = functools.partial(train, first_seed=first_seed)
@@ -223,8 +228,7 @@ def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int):
     """`_program` for a share run in pieces of updates (several shares at once: see
     `fusedrl.sweep.STREAM_PIECE_UPDATES`): (trainer, jitted `init(keys, hparams)`, jitted
     `advance(states, hparams, first_seed, first_update, num_updates)`, the last static)."""
-    kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
-    train = SeedTaggedPPO(config, **kwargs)
+    train = _trainer(config, callback_every)
 
     def init(keys, hparams):
         return jax.vmap(train.init, in_axes=(0, None))(keys, hparams)
