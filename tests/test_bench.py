@@ -317,6 +317,60 @@ def test_pendulum_optimum_dp_is_exact_one_step_ahead_and_its_controller_earns_it
     assert np.corrcoef(returns, start_values)[0, 1] > 0.8
 
 
+def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_from_the_same_starts():
+    import jax
+    import numpy as np
+
+    import fusedrl
+    from fusedrl.bench.pendulum_optimum import (
+        ANGLE_BINS,
+        compare_preset,
+        controller_returns,
+        policy_and_starts,
+        solve,
+    )
+    from fusedrl.bench.presets import train_preset
+    from fusedrl.envs import make
+
+    short = dict(total_timesteps=32 * 128 * 3)  # 3 updates: a policy that cannot swing up yet
+    config, result, _, _, k_eval = train_preset("Pendulum-v1", 2, 0, **short)
+    trainer = fusedrl.make_train(config)
+    policy, starts = policy_and_starts(trainer, result, k_eval, 24)
+    # The returns are the ones `fusedrl.evaluate` (and so a `bench presets` row) reports ...
+    np.testing.assert_allclose(policy, fusedrl.evaluate(config, result, k_eval, 24), rtol=1e-5)
+    # ... and `starts` are the states those episodes began in: stepping the raw env from them
+    # with the policy (observations normalised by hand) earns the same returns.
+    env, params = make("Pendulum-v1")
+
+    def rollout(seed_result, start):
+        stats = trainer.obs_stats(seed_result.state, seed_result.hparams)
+
+        def step(state, _):
+            obs = stats.normalize(env.get_obs(state, params)[None], clip=10.0)
+            pi, _ = trainer.network.apply(seed_result.params, obs)
+            _, state, reward, _, _ = env.step_env(None, state, pi.mode()[0], params)
+            return state, reward
+
+        return jax.lax.scan(step, start, None, length=params.max_steps_in_episode)[1].sum()
+
+    by_hand = jax.jit(jax.vmap(jax.vmap(rollout, in_axes=(None, 0))))(result, starts)
+    np.testing.assert_allclose(by_hand, policy, rtol=1e-3)
+
+    solved = solve(40, 33, 9)
+    cmp = compare_preset(solved, 24, seeds=2, seed=0, **short)
+    assert cmp["policy_per_seed"] == [round(float(x), 1) for x in policy.mean(1)]
+    dp, _ = controller_returns(*solved, jax.tree.map(lambda x: x[1], starts))
+    assert cmp["dp_per_seed"][1] == round(float(dp.mean()), 1)
+    bins = cmp["bins"]
+    assert [b["angle"][0] for b in bins] == list(ANGLE_BINS[:-1])
+    assert sum(b["share"] for b in bins) == pytest.approx(1.0)
+    shown = [b for b in bins if b["share"] > 0]
+    assert shown and all(b["gap"] == pytest.approx(b["dp"] - b["policy"]) for b in shown)
+    # After 3 updates the policy cannot swing up, the controller can, from every start angle.
+    assert all(b["gap"] > 50 and b["lost_swings"] > 0.5 for b in shown)
+    assert cmp["dp"] > -200 > cmp["policy"]
+
+
 def test_pendulum_optimum_cli_prints_a_json_row_and_rejects_bad_grids(capsys):
     from fusedrl.bench import pendulum_optimum
 
@@ -325,7 +379,9 @@ def test_pendulum_optimum_cli_prints_a_json_row_and_rejects_bad_grids(capsys):
     row = json.loads(capsys.readouterr().out)
     assert row["grid"] == "16x9" and row["episodes"] == 64
     assert row["block64_min"] == row["block64_max"] == pytest.approx(row["mean_return"])
-    for bad in (["--grid", "16"], ["--grid", "2x9"], ["--actions", "1"], ["--episodes", "0"]):
+    bad_args = (["--grid", "16"], ["--grid", "2x9"], ["--actions", "1"], ["--episodes", "0"],
+                ["--seeds", "2"], ["--set", "gamma=0.99"])  # the last two need --compare-preset
+    for bad in bad_args:
         with pytest.raises(SystemExit):
             pendulum_optimum.main(bad)
         err = capsys.readouterr().err

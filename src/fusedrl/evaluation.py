@@ -60,12 +60,28 @@ def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episode
 
 
 def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy: bool):
+    venv, obs, env_state, key = eval_reset(trainer, result, key, num_episodes)
+    return episode_returns(trainer, result, venv, obs, env_state, key, greedy)
+
+
+def eval_reset(trainer: PPO, result: TrainResult, key, num_episodes: int):
+    """The evaluation env stack of one (unvmapped) `result`, reset as `evaluate` resets it.
+
+    Returns (venv, obs, env_state, key): the key left for `episode_returns`. A caller may read the
+    start states from `env_state` (e.g. to run another controller from the same starts).
+    """
     hparams = result.hparams
     stats = trainer.obs_stats(result.state, hparams)
     venv = trainer.make_env(hparams, num_envs=num_episodes, obs_stats=stats)
-    params = result.params
     k_reset, key = jax.random.split(key)
     obs, env_state = venv.reset(k_reset, hparams.env_params)
+    return venv, obs, env_state, key
+
+
+def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key, greedy: bool):
+    """Each env's first-episode return [venv.num_envs] of `result`'s policy, from the reset
+    (`obs`, `env_state`) of `eval_reset`: the loop `evaluate` runs."""
+    hparams, params, num_episodes = result.hparams, result.params, venv.num_envs
     zeros = jnp.zeros(num_episodes, jnp.float32)
     finished = jnp.zeros(num_episodes, bool)
 

@@ -1,6 +1,7 @@
 """How well a near-optimal controller scores on Pendulum-v1: about the best its preset row can be.
 
     python -m fusedrl.bench pendulum_optimum [--grid 721x641] [--actions 81] [--episodes 4096]
+    python -m fusedrl.bench pendulum_optimum --episodes 1024 --compare-preset [--seeds 4] [--set F=V]
 
 Pendulum's state is two numbers (angle, angular velocity), so the best achievable return can be
 approximated directly: finite-horizon dynamic programming over a grid of states, with the value
@@ -15,11 +16,20 @@ It prints the controller's mean return (with its standard error over start state
 value estimate averaged over the same start states, and the spread of means over blocks of 64
 episodes, the size of a preset row's evaluation. Whether a grid is fine enough is checked by running
 a finer one: the mean should move by about its standard error or less.
+
+`--compare-preset` then shows where a trained preset loses to the controller. It trains the
+Pendulum-v1 preset exactly as `bench presets` does (same program, same keys: the row's policies),
+takes the `--episodes` greedy episodes per seed that `fusedrl.evaluate` runs for the row, and runs
+the controller from the very states those episodes started in. Pairing the starts removes the
+start-state noise from the comparison. The table splits the starts by their angle from upright:
+per bin, both mean returns, the mean gap, and the share of starts where the policy loses more than
+50 (about one extra swing).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import time
@@ -100,22 +110,97 @@ def run_controller(values, torques, value_at, env, params, key, num_episodes: in
 
     Returns (returns [num_episodes], value estimates at the start states [num_episodes]).
     """
+    keys = jax.random.split(key, num_episodes)
+    _, starts = jax.vmap(env.reset_env, in_axes=(0, None))(keys, params)
+    return controller_returns(values, torques, value_at, env, params, starts)
+
+
+def controller_returns(values, torques, value_at, env, params, starts):
+    """The DP controller's episode returns from a batch of start states (a `PendulumState` [N]).
+
+    Returns (returns [N], value estimates at the start states [N]).
+    """
     horizon = params.max_steps_in_episode
 
-    def episode(key):
-        _, state = env.reset_env(key, params)
+    def episode(state):
         start_value = value_at(values[horizon], state.theta, state.theta_dot)
 
         def act(state, k):  # k steps taken, horizon - k to go
-            outcomes = jax.vmap(lambda u: env.step_env(key, state, u[None], params))(torques)
-            _, nxt, reward, _, _ = outcomes
+            step = jax.vmap(lambda u: env.step_env(None, state, u[None], params))  # deterministic
+            _, nxt, reward, _, _ = step(torques)
             best = jnp.argmax(reward + value_at(values[horizon - k - 1], nxt.theta, nxt.theta_dot))
             return jax.tree.map(lambda x: x[best], nxt), reward[best]
 
         _, rewards = jax.lax.scan(act, state, jnp.arange(horizon))
         return rewards.sum(), start_value
 
-    return jax.jit(jax.vmap(episode))(jax.random.split(key, num_episodes))
+    return jax.jit(jax.vmap(episode))(starts)
+
+
+def policy_and_starts(trainer, result, k_eval, episodes: int):
+    """Greedy returns [seeds, episodes] of a vmapped `result`, exactly as
+    `fusedrl.evaluate(config, result, k_eval, episodes)` computes them, and the Pendulum states
+    [seeds, episodes] those episodes started from."""
+    from fusedrl.evaluation import episode_returns, eval_reset
+
+    def one_seed(result, key):
+        venv, obs, env_state, key = eval_reset(trainer, result, key, episodes)
+        starts = env_state
+        while hasattr(starts, "inner"):  # wrapper states, down to the VecEnv's
+            starts = starts.inner
+        return episode_returns(trainer, result, venv, obs, env_state, key, True), starts.env_state
+
+    seeds = jax.tree.leaves(result.params)[0].shape[0]
+    # `fusedrl.evaluate` gives seed i of a vmapped result the key split(k_eval, seeds)[i].
+    return jax.jit(jax.vmap(one_seed))(result, jax.random.split(k_eval, seeds))
+
+
+# Bins of the start angle's distance from upright, |theta| in radians (the reset draws theta
+# uniformly in [-pi, pi)): the top third, the sides, and two bands near the bottom.
+ANGLE_BINS = (0.0, 1.0, 2.0, 2.6, math.pi)
+EXTRA_SWING = 50.0  # a gap above this many reward units counts as a lost swing-up
+
+
+def compare_preset(solved, episodes: int, seeds: int = 4, seed: int = 0, **overrides) -> dict:
+    """Trains the Pendulum-v1 preset as `bench presets` does (same keys, so the same policies as
+    its row) and runs each seed's greedy policy and the DP controller from the same start states:
+    the `episodes` starts `fusedrl.evaluate` draws for that seed.
+
+    Returns a dict of per-seed means and, per start-angle bin, the policy's and the controller's
+    mean returns, the mean gap (controller minus policy) and the share of starts with a gap above
+    EXTRA_SWING.
+    """
+    from fusedrl.bench.presets import train_preset
+    from fusedrl.train.ppo import make_train
+
+    values, torques, value_at, env, params = solved
+    config, result, compile_s, train_s, k_eval = train_preset("Pendulum-v1", seeds, seed, **overrides)
+    policy, starts = policy_and_starts(make_train(config), result, k_eval, episodes)
+    flat = jax.tree.map(lambda x: x.reshape(-1), starts)
+    dp, _ = controller_returns(values, torques, value_at, env, params, flat)
+    policy = np.asarray(policy, np.float64)
+    dp = np.asarray(dp, np.float64).reshape(policy.shape)
+    angle = np.abs(np.mod(np.asarray(starts.theta, np.float64) + math.pi, 2 * math.pi) - math.pi)
+    gap = dp - policy
+    bins = []
+    for lo, hi in itertools.pairwise(ANGLE_BINS):
+        m = (angle >= lo) & (angle < hi) if hi < math.pi else angle >= lo
+        row = {"angle": [lo, round(hi, 2)], "share": float(m.mean())}
+        for name, x in (("policy", policy), ("dp", dp), ("gap", gap), ("lost_swings", gap > EXTRA_SWING)):
+            row[name] = float(x[m].mean()) if m.any() else None  # None: no start in this bin
+        bins.append(row)
+    return {
+        "episodes": episodes,
+        "seeds": seeds,
+        "overrides": dict(overrides),
+        "policy_per_seed": [round(float(x), 1) for x in policy.mean(1)],
+        "dp_per_seed": [round(float(x), 1) for x in dp.mean(1)],
+        "policy": float(policy.mean()),
+        "dp": float(dp.mean()),
+        "bins": bins,
+        "train_s": train_s,
+        "compile_s": compile_s,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,9 +209,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--grid", default="721x641", help="angles x velocities, e.g. 361x321")
     p.add_argument("--actions", type=int, default=81, help="torques in the even grid over [-2, 2]")
-    p.add_argument("--episodes", type=int, default=4096)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    p.add_argument("--episodes", type=int, default=4096,
+                   help="random starts (with --compare-preset, also the episodes per seed)")
+    p.add_argument("--seed", type=int, default=0, help="root PRNG seed (as `bench presets --seed`)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON line (a second one for --compare-preset)")
+    p.add_argument("--compare-preset", action="store_true",
+                   help="also train the Pendulum-v1 preset as `bench presets` does and compare "
+                        "each seed's greedy policy with the controller, start by start")
+    p.add_argument("--seeds", type=int, default=4, help="with --compare-preset: agents trained")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="with --compare-preset: override a preset field (repeatable)")
     a = p.parse_args(argv)
     try:
         num_theta, num_velocity = (int(n) for n in a.grid.lower().split("x"))
@@ -138,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--actions must be at least 2 (both torque limits), got {a.actions}")
     if a.episodes < 1:
         p.error(f"--episodes must be positive, got {a.episodes}")
+    if a.seeds < 1:
+        p.error(f"--seeds must be positive, got {a.seeds}")
+    if (a.set or a.seeds != 4) and not a.compare_preset:
+        p.error("--seeds and --set apply to --compare-preset only; add it, or drop them")
 
     t0 = time.perf_counter()
     values, torques, value_at, env, params = solve(num_theta, num_velocity, a.actions)
@@ -172,4 +269,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"means of {blocks.size} blocks of {BLOCK} episodes: {blocks.min():.1f} to {blocks.max():.1f}"
         )
+    if a.compare_preset:
+        from fusedrl.bench.presets import _parse_set
+
+        solved = (values, torques, value_at, env, params)
+        cmp = compare_preset(solved, a.episodes, a.seeds, a.seed, **_parse_set(a.set))
+        if a.json:
+            print(json.dumps(cmp))
+        else:
+            print(format_comparison(cmp))
     return 0
+
+
+def format_comparison(cmp: dict) -> str:
+    """The `--compare-preset` table: one line per start-angle bin, then the per-seed means."""
+    overrides = f", overrides {cmp['overrides']}" if cmp["overrides"] else ""
+    lines = [
+        f"Pendulum-v1 preset ({cmp['seeds']} seeds{overrides}; trained in {cmp['train_s']:.1f} s) "
+        f"against the controller, greedy, from the same {cmp['episodes']} starts per seed:",
+        f"{'|start angle|':>14} {'share':>6} {'policy':>8} {'controller':>10} {'gap':>6} "
+        f"{'gap > ' + format(EXTRA_SWING, 'g'):>8}",
+    ]
+    for b in cmp["bins"]:
+        lo, hi = b["angle"]
+        if b["policy"] is None:
+            lines.append(f"{f'{lo:g} to {hi:g}':>14} {b['share']:>6.0%}  (no start in this bin)")
+            continue
+        lines.append(
+            f"{f'{lo:g} to {hi:g}':>14} {b['share']:>6.0%} {b['policy']:>8.1f} {b['dp']:>10.1f} "
+            f"{b['gap']:>6.1f} {b['lost_swings']:>8.0%}"
+        )
+    lines.append(f"{'all':>14} {'100%':>6} {cmp['policy']:>8.1f} {cmp['dp']:>10.1f} "
+                 f"{cmp['dp'] - cmp['policy']:>6.1f}")
+    lines.append(f"per seed: policy {cmp['policy_per_seed']}, controller {cmp['dp_per_seed']}")
+    return "\n".join(lines)
+

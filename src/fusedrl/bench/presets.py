@@ -44,17 +44,28 @@ REFERENCE = {
 }
 
 
-def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, **overrides) -> dict:
-    """Trains `seeds` agents of `env_id`'s preset in one program and evaluates each greedily."""
+def train_preset(env_id: str, seeds: int = 4, seed: int = 0, **overrides):
+    """Trains `seeds` agents of `env_id`'s preset in one vmapped program, as a row does.
+
+    Returns (config, result with a leading seed axis, compile_s, train_s, k_eval): the row
+    evaluates with `fusedrl.evaluate(config, result, k_eval, episodes)`.
+    """
     import fusedrl
     from fusedrl.train.presets import preset
 
     config = preset(env_id, **overrides)
     train = fusedrl.make_train(config)
-    key = jax.random.key(seed)
-    k_train, k_eval = jax.random.split(key)
+    k_train, k_eval = jax.random.split(jax.random.key(seed))
     keys = jax.random.split(k_train, seeds)
     result, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(train)), keys)
+    return config, result, compile_s, train_s, k_eval
+
+
+def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, **overrides) -> dict:
+    """Trains `seeds` agents of `env_id`'s preset in one program and evaluates each greedily."""
+    import fusedrl
+
+    config, result, compile_s, train_s, k_eval = train_preset(env_id, seeds, seed, **overrides)
     t_eval = time.perf_counter()
     returns = np.asarray(fusedrl.evaluate(config, result, k_eval, episodes))  # [seeds, episodes]
     eval_s = time.perf_counter() - t_eval
