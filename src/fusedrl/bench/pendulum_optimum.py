@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--compare-preset", action="store_true",
                    help="also train the Pendulum-v1 preset as `bench presets` does and compare "
                         "each seed's greedy policy with the controller, start by start")
-    p.add_argument("--seeds", type=int, default=4, help="with --compare-preset: agents trained")
+    p.add_argument("--seeds", type=int, help="with --compare-preset: agents trained (default 4)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="with --compare-preset: override a preset field (repeatable)")
     a = p.parse_args(argv)
@@ -231,9 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--actions must be at least 2 (both torque limits), got {a.actions}")
     if a.episodes < 1:
         p.error(f"--episodes must be positive, got {a.episodes}")
-    if a.seeds < 1:
+    if a.seeds is not None and a.seeds < 1:
         p.error(f"--seeds must be positive, got {a.seeds}")
-    if (a.set or a.seeds != 4) and not a.compare_preset:
+    if (a.set or a.seeds is not None) and not a.compare_preset:
         p.error("--seeds and --set apply to --compare-preset only; add it, or drop them")
 
     t0 = time.perf_counter()
@@ -257,23 +257,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if blocks.size:
         row["block64_min"], row["block64_max"] = float(blocks.min()), float(blocks.max())
     if a.json:
-        print(json.dumps(row))
-        return 0
-    print(
-        f"Pendulum-v1, DP controller on a {row['grid']} grid with {a.actions} torques "
-        f"(solved in {solve_s:.1f} s): mean return {row['mean_return']:.1f} "
-        f"(standard error {row['sem']:.1f}) over {a.episodes} random starts; "
-        f"DP value estimate {row['dp_value']:.1f}"
-    )
-    if blocks.size:
+        print(json.dumps(row), flush=True)
+    else:
         print(
-            f"means of {blocks.size} blocks of {BLOCK} episodes: {blocks.min():.1f} to {blocks.max():.1f}"
+            f"Pendulum-v1, DP controller on a {row['grid']} grid with {a.actions} torques "
+            f"(solved in {solve_s:.1f} s): mean return {row['mean_return']:.1f} "
+            f"(standard error {row['sem']:.1f}) over {a.episodes} random starts; "
+            f"DP value estimate {row['dp_value']:.1f}"
         )
+        if blocks.size:
+            print(f"means of {blocks.size} blocks of {BLOCK} episodes: "
+                  f"{blocks.min():.1f} to {blocks.max():.1f}", flush=True)
     if a.compare_preset:
         from fusedrl.bench.presets import _parse_set
 
         solved = (values, torques, value_at, env, params)
-        cmp = compare_preset(solved, a.episodes, a.seeds, a.seed, **_parse_set(a.set))
+        cmp = compare_preset(solved, a.episodes, a.seeds or 4, a.seed, **_parse_set(a.set))
         if a.json:
             print(json.dumps(cmp))
         else:
