@@ -33,8 +33,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # -148.5 ± 1.8, and -147.6 ± 0.4 at root seed 1. With gamma 0.95: -154.2 ± 2.5 and -155.7 ± 2.6.
     # A near-optimal DP controller (`python -m fusedrl.bench pendulum_optimum`) averages -136.6 and
     # -135.3 over 4096 random starts (seeds 0, 1): about the best such a mean can be (README).
-    # From the preset's own 1024 starts per seed it scores -136.8; the preset loses most of the gap
-    # on starts near the bottom (`python -m fusedrl.bench pendulum_optimum --compare-preset`).
+    # From the preset's own 1024 evaluation starts per seed the controller scores -136.8; the preset
+    # loses most of the gap on starts near the bottom (`python -m fusedrl.bench pendulum_optimum
+    # --compare-preset`).
     "Pendulum-v1": dict(
         num_envs=32, num_steps=128, total_timesteps=1_000_000, update_epochs=10, num_minibatches=8,
         lr=1e-3, gamma=0.98, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
