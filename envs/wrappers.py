@@ -465,18 +465,19 @@ class ClipAction(VecEnvWrapper):
 
 def _depth(venv, cls) -> int:
     depth, w = 0, venv
-    while isinstance(w, VecEnvWrapper):
-        if isinstance(w, cls):
-            return depth
+    while not isinstance(w, cls):
+        if not isinstance(w, VecEnvWrapper):
+            raise ValueError(f"no {cls.__name__} in the wrapper stack {venv!r}.")
         w, depth = w.venv, depth + 1
-    raise ValueError(f"no {cls.__name__} in the wrapper stack {venv!r}.")
+    return depth
 
 
 def find_wrapper_state(venv, state, cls: type):
     """The state of the outermost wrapper of type `cls` in the stack `venv` whose state is `state`.
 
     E.g. the trained observation statistics:
-    `find_wrapper_state(venv, env_state, NormalizeObservation).obs_stats`.
+    `find_wrapper_state(venv, env_state, NormalizeObservation).obs_stats`. With `cls=VecEnv`, the
+    `VecEnvState` at the bottom of the stack (its `env_state` holds the single envs' states).
     """
     for _ in range(_depth(venv, cls)):
         state = state.inner

@@ -468,6 +468,8 @@ def test_find_and_replace_wrapper_state(cartpole):
     assert swapped.obs_stats is state.obs_stats and swapped.inner.inner is state.inner.inner
     with pytest.raises(ValueError, match="no ClipAction"):
         find_wrapper_state(stack, state, ClipAction)
+    bottom = find_wrapper_state(stack, state, VecEnv)  # the stack's own VecEnv, under every wrapper
+    assert bottom is episode.inner and bottom.env_state.x.shape == (N,)
 
 
 def test_composed_stack_vmaps_over_seeds_and_matches_references(toy):

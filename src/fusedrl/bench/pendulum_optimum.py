@@ -141,14 +141,14 @@ def policy_and_starts(trainer, result, k_eval, episodes: int):
     """Greedy returns [seeds, episodes] of a vmapped `result`, exactly as
     `fusedrl.evaluate(config, result, k_eval, episodes)` computes them, and the Pendulum states
     [seeds, episodes] those episodes started from."""
+    from fusedrl.envs import VecEnv
+    from fusedrl.envs.wrappers import find_wrapper_state
     from fusedrl.evaluation import episode_returns, eval_reset
 
     def one_seed(result, key):
         venv, obs, env_state, key = eval_reset(trainer, result, key, episodes)
-        starts = env_state
-        while hasattr(starts, "inner"):  # wrapper states, down to the VecEnv's
-            starts = starts.inner
-        return episode_returns(trainer, result, venv, obs, env_state, key, True), starts.env_state
+        starts = find_wrapper_state(venv, env_state, VecEnv).env_state
+        return episode_returns(trainer, result, venv, obs, env_state, key, True), starts
 
     seeds = jax.tree.leaves(result.params)[0].shape[0]
     # `fusedrl.evaluate` gives seed i of a vmapped result the key split(k_eval, seeds)[i].
@@ -171,6 +171,7 @@ def compare_preset(solved, episodes: int, seeds: int = 4, seed: int = 0, **overr
     EXTRA_SWING.
     """
     from fusedrl.bench.presets import train_preset
+    from fusedrl.envs.pendulum import _angle_normalize
     from fusedrl.train.ppo import make_train
 
     values, torques, value_at, env, params = solved
@@ -180,7 +181,7 @@ def compare_preset(solved, episodes: int, seeds: int = 4, seed: int = 0, **overr
     dp, _ = controller_returns(values, torques, value_at, env, params, flat)
     policy = np.asarray(policy, np.float64)
     dp = np.asarray(dp, np.float64).reshape(policy.shape)
-    angle = np.abs(np.mod(np.asarray(starts.theta, np.float64) + math.pi, 2 * math.pi) - math.pi)
+    angle = np.abs(np.asarray(_angle_normalize(starts.theta), np.float64))
     gap = dp - policy
     bins = []
     for lo, hi in itertools.pairwise(ANGLE_BINS):
