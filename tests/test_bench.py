@@ -326,6 +326,7 @@ def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_fro
         ANGLE_BINS,
         compare_preset,
         controller_returns,
+        hybrid_returns,
         policy_and_starts,
         solve,
     )
@@ -357,10 +358,28 @@ def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_fro
     np.testing.assert_allclose(by_hand, policy, rtol=1e-3)
 
     solved = solve(40, 33, 9)
-    cmp = compare_preset(solved, 24, seeds=2, seed=0, **short)
+    dp, _ = controller_returns(*solved, jax.tree.map(lambda x: x.reshape(-1), starts))
+    dp = np.asarray(dp).reshape(2, 24)
+    # Hybrids: with the controller acting nowhere they earn the policy's returns, everywhere the
+    # controller's; split at an angle, each takes some of the steps (of different trajectories).
+    never, none_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 4.0, controller_far=True)
+    always, all_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 4.0, controller_far=False)
+    np.testing.assert_allclose(never, policy, rtol=1e-5)
+    np.testing.assert_allclose(always, dp, rtol=1e-4)
+    assert np.all(np.asarray(none_taken) == 0) and np.all(np.asarray(all_taken) == 1)
+    far, far_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 2.0, controller_far=True)
+    near, near_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 2.0, controller_far=False)
+    assert 0 < float(np.mean(far_taken)) < 1 and 0 < float(np.mean(near_taken)) < 1
+    # The policy here cannot swing up: the controller acting near the top (where it holds the
+    # pendulum once up) gains more than acting only below the sides.
+    assert np.mean(policy) < np.mean(far) < np.mean(near) <= np.mean(dp) + 5
+
+    cmp = compare_preset(solved, 24, seeds=2, seed=0, hybrids=(2.0,), **short)
     assert cmp["policy_per_seed"] == pytest.approx(np.asarray(policy).mean(1), abs=0.06)  # 1 decimal
-    dp, _ = controller_returns(*solved, jax.tree.map(lambda x: x[1], starts))
-    assert cmp["dp_per_seed"][1] == pytest.approx(float(dp.mean()), abs=0.06)
+    assert [(h["controller_where"], h["threshold"]) for h in cmp["hybrids"]] == [("far", 2.0), ("near", 2.0)]
+    assert [h["mean"] for h in cmp["hybrids"]] == pytest.approx([float(np.mean(far)), float(np.mean(near))], rel=1e-5)
+    assert cmp["hybrids"][0]["controller_steps"] == pytest.approx(float(np.mean(far_taken)))
+    assert cmp["dp_per_seed"][1] == pytest.approx(float(dp[1].mean()), abs=0.06)
     bins = cmp["bins"]
     assert [b["angle"][0] for b in bins] == list(ANGLE_BINS[:-1])
     assert sum(b["share"] for b in bins) == pytest.approx(1.0)
@@ -382,7 +401,8 @@ def test_pendulum_optimum_cli_prints_its_rows_and_rejects_bad_arguments(capsys):
     assert row["grid"] == "16x9" and row["episodes"] == 64
     assert row["block64_min"] == row["block64_max"] == pytest.approx(row["mean_return"])
     bad_args = (["--grid", "16"], ["--grid", "2x9"], ["--actions", "1"], ["--episodes", "0"],
-                ["--seeds", "4"], ["--set", "gamma=0.99"])  # the last two need --compare-preset
+                ["--seeds", "4"], ["--set", "gamma=0.99"], ["--hybrid", "2"],  # need --compare-preset
+                ["--hybrid", "0", "--compare-preset"], ["--hybrid", "3.2", "--compare-preset"])
     for bad in bad_args:
         with pytest.raises(SystemExit):
             pendulum_optimum.main(bad)
@@ -396,6 +416,11 @@ def test_pendulum_optimum_cli_prints_its_rows_and_rejects_bad_arguments(capsys):
     assert "overrides {'total_timesteps': 4096, 'num_envs': 32}" in out
     assert "from the same 8 starts per seed" in out and "2.6 to 3.14" in out
     assert re.search(r"^\s+all\s+100%\s+-\d+\.\d\s+-\d+\.\d", out, re.M)
+    assert "Hybrids" not in out
     assert pendulum_optimum.main([*short, "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [len(rows), rows[1]["seeds"], len(rows[1]["bins"])] == [2, 1, 4]
+    assert [len(rows), rows[1]["seeds"], len(rows[1]["bins"]), rows[1]["hybrids"]] == [2, 1, 4, []]
+    assert pendulum_optimum.main([*short, "--hybrid", "2.5"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+\|angle\| > 2\.5\s+\d+%\s+-\d+\.\d", out, re.M)
+    assert re.search(r"^\s+\|angle\| <= 2\.5\s+\d+%\s+-\d+\.\d", out, re.M)

@@ -2,6 +2,7 @@
 
     python -m fusedrl.bench pendulum_optimum [--grid 721x641] [--actions 81] [--episodes 4096]
     python -m fusedrl.bench pendulum_optimum --episodes 1024 --compare-preset [--seeds 4] [--set F=V]
+        [--hybrid A ...]
 
 Pendulum's state is two numbers (angle, angular velocity), so the best achievable return can be
 approximated directly: finite-horizon dynamic programming over a grid of states, with the value
@@ -23,7 +24,9 @@ takes the `--episodes` greedy episodes per seed that `fusedrl.evaluate` runs for
 the controller from the very states those episodes started in. Pairing the starts removes the
 start-state noise from the comparison. The table splits the starts by their angle from upright:
 per bin, both mean returns, the mean gap, and the share of starts where the policy loses more than
-50 (about one extra swing).
+50 (about one extra swing). `--hybrid A` adds rows where the controller acts at some steps and the
+policy at the others: where the pendulum is more than A rad from upright, then where it is at most
+A. Each row tells how much of the gap the policy's actions in that region cost.
 """
 
 from __future__ import annotations
@@ -115,20 +118,33 @@ def run_controller(values, torques, value_at, env, params, key, num_episodes: in
     return controller_returns(values, torques, value_at, env, params, starts)
 
 
+def _lookahead(values, torques, value_at, env, params):
+    """The controller's choice: `choose(state, k)` for one state after k steps (horizon - k to go)
+    returns (index of the best torque, next states [num_actions], rewards [num_actions])."""
+    horizon = params.max_steps_in_episode
+
+    def choose(state, k):
+        step = jax.vmap(lambda u: env.step_env(None, state, u[None], params))  # deterministic
+        _, nxt, reward, _, _ = step(torques)
+        best = jnp.argmax(reward + value_at(values[horizon - k - 1], nxt.theta, nxt.theta_dot))
+        return best, nxt, reward
+
+    return choose
+
+
 def controller_returns(values, torques, value_at, env, params, starts):
     """The DP controller's episode returns from a batch of start states (a `PendulumState` [N]).
 
     Returns (returns [N], value estimates at the start states [N]).
     """
     horizon = params.max_steps_in_episode
+    choose = _lookahead(values, torques, value_at, env, params)
 
     def episode(state):
         start_value = value_at(values[horizon], state.theta, state.theta_dot)
 
-        def act(state, k):  # k steps taken, horizon - k to go
-            step = jax.vmap(lambda u: env.step_env(None, state, u[None], params))  # deterministic
-            _, nxt, reward, _, _ = step(torques)
-            best = jnp.argmax(reward + value_at(values[horizon - k - 1], nxt.theta, nxt.theta_dot))
+        def act(state, k):
+            best, nxt, reward = choose(state, k)
             return jax.tree.map(lambda x: x[best], nxt), reward[best]
 
         _, rewards = jax.lax.scan(act, state, jnp.arange(horizon))
@@ -155,20 +171,76 @@ def policy_and_starts(trainer, result, k_eval, episodes: int):
     return jax.jit(jax.vmap(one_seed))(result, jax.random.split(k_eval, seeds))
 
 
+def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: float, controller_far: bool):
+    """Each seed's greedy policy of a vmapped `result` with the DP controller taking over at some
+    steps: where the pendulum is more than `threshold` rad from upright (`controller_far`), or at
+    most that far (not `controller_far`). It runs the `episodes` episodes per seed that
+    `policy_and_starts` runs, through the same evaluation env stack, so with the controller never
+    acting it earns the policy's returns, and with it always acting the controller's.
+
+    Returns (returns [seeds, episodes], share of the steps the controller took [seeds, episodes]).
+    """
+    from fusedrl.envs import VecEnv
+    from fusedrl.envs.pendulum import _angle_normalize
+    from fusedrl.envs.wrappers import find_wrapper_state
+    from fusedrl.evaluation import eval_reset
+
+    values, torques, value_at, env, params = solved
+    horizon = params.max_steps_in_episode
+    choose = jax.vmap(_lookahead(values, torques, value_at, env, params), in_axes=(0, None))
+
+    def one_seed(result, key):
+        # Pendulum's episodes all last `horizon` steps, so every env is in its first episode
+        # throughout, at step k of the loop.
+        venv, obs, env_state, _ = eval_reset(trainer, result, key, episodes)
+
+        def step(carry, k):
+            env_state, obs, returns, taken = carry
+            state = find_wrapper_state(venv, env_state, VecEnv).env_state
+            pi, _ = trainer.network.apply(result.params, obs)
+            far = jnp.abs(_angle_normalize(state.theta)) > threshold
+            take = far if controller_far else ~far
+            action = jnp.where(take[:, None], torques[choose(state, k)[0]][:, None], pi.mode())
+            obs, env_state, reward, _, _, _ = venv.step(env_state, action, result.hparams.env_params)
+            return (env_state, obs, returns + reward, taken + take), None
+
+        zeros = jnp.zeros(episodes, jnp.float32)
+        carry = (env_state, obs, zeros, zeros)
+        (_, _, returns, taken), _ = jax.lax.scan(step, carry, jnp.arange(horizon))
+        return returns, taken / horizon
+
+    seeds = jax.tree.leaves(result.params)[0].shape[0]
+    return jax.jit(jax.vmap(one_seed))(result, jax.random.split(k_eval, seeds))
+
+
 # Bins of the start angle's distance from upright, |theta| in radians (the reset draws theta
 # uniformly in [-pi, pi)): the top third, the sides, and two bands near the bottom.
 ANGLE_BINS = (0.0, 1.0, 2.0, 2.6, math.pi)
 EXTRA_SWING = 50.0  # a gap above this many reward units counts as a lost swing-up
 
 
-def compare_preset(solved, episodes: int, seeds: int = 4, seed: int = 0, **overrides) -> dict:
+def _bin_masks(angle):
+    """One mask of `angle`'s entries per ANGLE_BINS bin."""
+    return [(angle >= lo) & (angle < hi) if hi < math.pi else angle >= lo
+            for lo, hi in itertools.pairwise(ANGLE_BINS)]
+
+
+def _bin_means(angle, x):
+    """Mean of `x` over the starts in each ANGLE_BINS bin of `angle` (None for an empty bin)."""
+    return [float(x[m].mean()) if m.any() else None for m in _bin_masks(angle)]
+
+
+def compare_preset(
+    solved, episodes: int, seeds: int = 4, seed: int = 0, hybrids: Sequence[float] = (), **overrides
+) -> dict:
     """Trains the Pendulum-v1 preset as `bench presets` does (same keys, so the same policies as
     its row) and runs each seed's greedy policy and the DP controller from the same start states:
     the `episodes` starts `fusedrl.evaluate` draws for that seed.
 
     Returns a dict of per-seed means and, per start-angle bin, the policy's and the controller's
     mean returns, the mean gap (controller minus policy) and the share of starts with a gap above
-    EXTRA_SWING.
+    EXTRA_SWING. For each threshold A in `hybrids`, two more rows (`hybrid_returns`): the
+    controller acting where |angle| > A, then where |angle| <= A, the policy elsewhere.
     """
     from fusedrl.bench.presets import train_preset
     from fusedrl.envs.pendulum import _angle_normalize
@@ -176,7 +248,8 @@ def compare_preset(solved, episodes: int, seeds: int = 4, seed: int = 0, **overr
 
     values, torques, value_at, env, params = solved
     config, result, compile_s, train_s, k_eval = train_preset("Pendulum-v1", seeds, seed, **overrides)
-    policy, starts = policy_and_starts(make_train(config), result, k_eval, episodes)
+    trainer = make_train(config)
+    policy, starts = policy_and_starts(trainer, result, k_eval, episodes)
     flat = jax.tree.map(lambda x: x.reshape(-1), starts)
     dp, _ = controller_returns(values, torques, value_at, env, params, flat)
     policy = np.asarray(policy, np.float64)
@@ -184,12 +257,19 @@ def compare_preset(solved, episodes: int, seeds: int = 4, seed: int = 0, **overr
     angle = np.abs(np.asarray(_angle_normalize(starts.theta), np.float64))
     gap = dp - policy
     bins = []
-    for lo, hi in itertools.pairwise(ANGLE_BINS):
-        m = (angle >= lo) & (angle < hi) if hi < math.pi else angle >= lo
+    for (lo, hi), m in zip(itertools.pairwise(ANGLE_BINS), _bin_masks(angle), strict=True):
         row = {"angle": [lo, round(hi, 2)], "share": float(m.mean())}
         for name, x in (("policy", policy), ("dp", dp), ("gap", gap), ("lost_swings", gap > EXTRA_SWING)):
             row[name] = float(x[m].mean()) if m.any() else None  # None: no start in this bin
         bins.append(row)
+    rows = []
+    for threshold in hybrids:
+        for far in (True, False):
+            returns, taken = hybrid_returns(solved, trainer, result, k_eval, episodes, threshold, far)
+            returns = np.asarray(returns, np.float64)
+            rows.append({"threshold": float(threshold), "controller_where": "far" if far else "near",
+                         "controller_steps": float(np.mean(taken)), "mean": float(returns.mean()),
+                         "bins": _bin_means(angle, returns)})
     return {
         "episodes": episodes,
         "seeds": seeds,
@@ -199,6 +279,7 @@ def compare_preset(solved, episodes: int, seeds: int = 4, seed: int = 0, **overr
         "policy": float(policy.mean()),
         "dp": float(dp.mean()),
         "bins": bins,
+        "hybrids": rows,
         "train_s": train_s,
         "compile_s": compile_s,
     }
@@ -221,6 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, help="with --compare-preset: agents trained (default 4)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="with --compare-preset: override a preset field (repeatable)")
+    p.add_argument("--hybrid", type=float, action="append", default=[], metavar="A",
+                   help="with --compare-preset: also let the controller act where the pendulum is "
+                        "more than A rad from upright, then where it is at most A, the policy "
+                        "elsewhere (repeatable; 0 < A < pi)")
     a = p.parse_args(argv)
     try:
         num_theta, num_velocity = (int(n) for n in a.grid.lower().split("x"))
@@ -234,8 +319,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--episodes must be positive, got {a.episodes}")
     if a.seeds is not None and a.seeds < 1:
         p.error(f"--seeds must be positive, got {a.seeds}")
-    if (a.set or a.seeds is not None) and not a.compare_preset:
-        p.error("--seeds and --set apply to --compare-preset only; add it, or drop them")
+    if (a.set or a.seeds is not None or a.hybrid) and not a.compare_preset:
+        p.error("--seeds, --set and --hybrid apply to --compare-preset only; add it, or drop them")
+    for threshold in a.hybrid:
+        if not 0 < threshold < math.pi:
+            p.error(f"--hybrid takes an angle A from upright with 0 < A < pi, got {threshold:g}")
 
     t0 = time.perf_counter()
     values, torques, value_at, env, params = solve(num_theta, num_velocity, a.actions)
@@ -273,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fusedrl.bench.presets import _parse_set
 
         solved = (values, torques, value_at, env, params)
-        cmp = compare_preset(solved, a.episodes, a.seeds or 4, a.seed, **_parse_set(a.set))
+        cmp = compare_preset(solved, a.episodes, a.seeds or 4, a.seed, a.hybrid, **_parse_set(a.set))
         if a.json:
             print(json.dumps(cmp))
         else:
@@ -302,5 +390,15 @@ def format_comparison(cmp: dict) -> str:
     lines.append(f"{'all':>14} {'100%':>6} {cmp['policy']:>8.1f} {cmp['dp']:>10.1f} "
                  f"{cmp['dp'] - cmp['policy']:>6.1f}")
     lines.append(f"per seed: policy {cmp['policy_per_seed']}, controller {cmp['dp_per_seed']}")
+    if cmp["hybrids"]:
+        lines.append("Hybrids, the controller acting at some steps and the policy at the others "
+                     "(mean return; by start angle as above):")
+        bins = [f"{lo:g} to {hi:g}" for lo, hi in (b["angle"] for b in cmp["bins"])]
+        lines.append(f"{'controller acts where':>22} {'its steps':>9} {'all':>8} "
+                     + " ".join(f"{b:>10}" for b in bins))
+        for h in cmp["hybrids"]:
+            where = f"|angle| {'>' if h['controller_where'] == 'far' else '<='} {h['threshold']:g}"
+            means = " ".join(f"{'-':>10}" if m is None else f"{m:>10.1f}" for m in h["bins"])
+            lines.append(f"{where:>22} {h['controller_steps']:>9.0%} {h['mean']:>8.1f} {means}")
     return "\n".join(lines)
 
