@@ -377,7 +377,8 @@ def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_fro
     cmp = compare_preset(solved, 24, seeds=2, seed=0, hybrids=(2.0,), **short)
     assert cmp["policy_per_seed"] == pytest.approx(np.asarray(policy).mean(1), abs=0.06)  # 1 decimal
     assert [(h["controller_where"], h["threshold"]) for h in cmp["hybrids"]] == [("far", 2.0), ("near", 2.0)]
-    assert [h["mean"] for h in cmp["hybrids"]] == pytest.approx([float(np.mean(far)), float(np.mean(near))], rel=1e-5)
+    means = [float(np.mean(far)), float(np.mean(near))]
+    assert [h["mean"] for h in cmp["hybrids"]] == pytest.approx(means, rel=1e-5)
     assert cmp["hybrids"][0]["controller_steps"] == pytest.approx(float(np.mean(far_taken)))
     assert cmp["dp_per_seed"][1] == pytest.approx(float(dp[1].mean()), abs=0.06)
     bins = cmp["bins"]

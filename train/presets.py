@@ -35,7 +35,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # -135.3 over 4096 random starts (seeds 0, 1): about the best such a mean can be (README).
     # From the preset's own 1024 evaluation starts per seed the controller scores -136.8; the preset
     # loses most of the gap on starts near the bottom (`python -m fusedrl.bench pendulum_optimum
-    # --compare-preset`). None of the ~40 variants in the README (some of an earlier preset) beats it.
+    # --compare-preset`), by its actions 2 to 2.6 rad from upright (`--hybrid 2 --hybrid 2.6`).
+    # None of the ~40 variants in the README (some of an earlier preset) beats it.
     "Pendulum-v1": dict(
         num_envs=32, num_steps=128, total_timesteps=1_000_000, update_epochs=10, num_minibatches=8,
         lr=1e-3, gamma=0.98, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
