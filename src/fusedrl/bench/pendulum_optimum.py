@@ -166,8 +166,13 @@ def policy_and_starts(trainer, result, k_eval, episodes: int):
         starts = find_wrapper_state(venv, env_state, VecEnv).env_state
         return episode_returns(trainer, result, venv, obs, env_state, key, True), starts
 
+    return _per_seed(one_seed, result, k_eval)
+
+
+def _per_seed(one_seed, result, k_eval):
+    """`one_seed(result_i, key_i)` over the seeds of a vmapped `result`, with the keys
+    `fusedrl.evaluate` gives them: seed i gets split(k_eval, seeds)[i]."""
     seeds = jax.tree.leaves(result.params)[0].shape[0]
-    # `fusedrl.evaluate` gives seed i of a vmapped result the key split(k_eval, seeds)[i].
     return jax.jit(jax.vmap(one_seed))(result, jax.random.split(k_eval, seeds))
 
 
@@ -209,8 +214,7 @@ def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: fl
         (_, _, returns, taken), _ = jax.lax.scan(step, carry, jnp.arange(horizon))
         return returns, taken / horizon
 
-    seeds = jax.tree.leaves(result.params)[0].shape[0]
-    return jax.jit(jax.vmap(one_seed))(result, jax.random.split(k_eval, seeds))
+    return _per_seed(one_seed, result, k_eval)
 
 
 # Bins of the start angle's distance from upright, |theta| in radians (the reset draws theta
@@ -225,9 +229,9 @@ def _bin_masks(angle):
             for lo, hi in itertools.pairwise(ANGLE_BINS)]
 
 
-def _bin_means(angle, x):
-    """Mean of `x` over the starts in each ANGLE_BINS bin of `angle` (None for an empty bin)."""
-    return [float(x[m].mean()) if m.any() else None for m in _bin_masks(angle)]
+def _bin_means(masks, x):
+    """Mean of `x` over the starts in each bin of `masks` (None for an empty bin)."""
+    return [float(x[m].mean()) if m.any() else None for m in masks]
 
 
 def compare_preset(
@@ -256,11 +260,13 @@ def compare_preset(
     dp = np.asarray(dp, np.float64).reshape(policy.shape)
     angle = np.abs(np.asarray(_angle_normalize(starts.theta), np.float64))
     gap = dp - policy
+    masks = _bin_masks(angle)
+    columns = {name: _bin_means(masks, x) for name, x in
+               (("policy", policy), ("dp", dp), ("gap", gap), ("lost_swings", gap > EXTRA_SWING))}
     bins = []
-    for (lo, hi), m in zip(itertools.pairwise(ANGLE_BINS), _bin_masks(angle), strict=True):
+    for i, ((lo, hi), m) in enumerate(zip(itertools.pairwise(ANGLE_BINS), masks, strict=True)):
         row = {"angle": [lo, round(hi, 2)], "share": float(m.mean())}
-        for name, x in (("policy", policy), ("dp", dp), ("gap", gap), ("lost_swings", gap > EXTRA_SWING)):
-            row[name] = float(x[m].mean()) if m.any() else None  # None: no start in this bin
+        row.update({name: means[i] for name, means in columns.items()})  # None: no start in the bin
         bins.append(row)
     rows = []
     for threshold in hybrids:
@@ -269,7 +275,7 @@ def compare_preset(
             returns = np.asarray(returns, np.float64)
             rows.append({"threshold": float(threshold), "controller_where": "far" if far else "near",
                          "controller_steps": float(np.mean(taken)), "mean": float(returns.mean()),
-                         "bins": _bin_means(angle, returns)})
+                         "bins": _bin_means(masks, returns)})
     return {
         "episodes": episodes,
         "seeds": seeds,
