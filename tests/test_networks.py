@@ -75,6 +75,8 @@ def test_actor_critic_shapes():
     pi, v = cont.apply(params, jnp.ones((7, 5)))
     assert pi.mean.shape == (7, 2) and pi.log_std.shape == (2,) and v.shape == (7,)
     np.testing.assert_array_equal(params["params"]["log_std"], 0.0)
+    narrow = ActorCritic(action_dim=2, discrete=False, log_std_init=-0.5)
+    np.testing.assert_array_equal(jax.jit(narrow.init)(key, jnp.zeros((1, 5)))["params"]["log_std"], -0.5)
 
 
 @pytest.mark.parametrize("x_shape", [(5, 4), (3, 5, 4)])

@@ -48,6 +48,8 @@ def test_config_derived_values():
         (dict(activation="sigmoid"), ValueError, ["activation", "tanh"]),
         (dict(hidden_sizes=(64, 0)), ValueError, ["hidden_sizes"]),
         (dict(normalize_obs=1), TypeError, ["normalize_obs"]),
+        (dict(log_std_init="low"), TypeError, ["log_std_init", "number"]),
+        (dict(log_std_init=float("-inf")), ValueError, ["log_std_init", "finite"]),
     ],
 )
 def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
@@ -288,6 +290,21 @@ def _tiny_run(env_id):
                   num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,
                   normalize_reward=True)
     return c, jax.jit(make_train(c))(jax.random.key(0))
+
+
+def test_log_std_init_sets_the_gaussian_policy_initial_std():
+    # The entropy of a 1-D Gaussian is log_std + 0.5 * (1 + log(2 pi)); after one small update (lr
+    # 2.5e-4, gradient norm clipped at 0.5) the log-std has barely moved from where init put it.
+    base = PPOConfig(env_id="Pendulum-v1", num_envs=2, num_steps=8, total_timesteps=16,
+                     num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+    gaussian_entropy_at_zero = 0.5 * (1.0 + np.log(2.0 * np.pi))
+    for log_std in (0.0, -1.0):
+        c = base.replace(log_std_init=log_std)
+        train = make_train(c)
+        params = train.init(jax.random.key(0)).params["params"]
+        np.testing.assert_array_equal(params["log_std"], [log_std])
+        entropy = jax.jit(train)(jax.random.key(0)).metrics["entropy"]
+        np.testing.assert_allclose(entropy, [log_std + gaussian_entropy_at_zero], atol=2e-3)
 
 
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])

@@ -281,6 +281,7 @@ def test_sweep_cli_progress_counts_calls_across_runs():
         (dict(num_envs=[4, 8]), ["cannot sweep 'num_envs'", "static field", "shapes",
                                  "config.replace(num_envs=v)", "gravity"]),
         (dict(hidden_sizes=[(16,), (32,)]), ["cannot sweep 'hidden_sizes'", "static"]),
+        (dict(log_std_init=[-1.0, 0.0]), ["cannot sweep 'log_std_init'", "initial parameters"]),
         (dict(lrr=[1e-3]), ["unknown sweep axis 'lrr'", "Did you mean 'lr'", "gae_lambda", "gravity"]),
         (dict(mode="zip", lr=[1e-4, 1e-3], gamma=[0.9, 0.95, 0.99]),
          ["same length", "'lr': 2", "'gamma': 3"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,8 +40,8 @@ class PPOConfig:
     """Configuration of a PPO run. Field names follow PureJaxRL's (lower-case).
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
-    num_minibatches, anneal_lr, hidden_sizes, activation, normalize_obs, normalize_reward,
-    normalize_adv, clip_value_loss, env_params.
+    num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, normalize_obs,
+    normalize_reward, normalize_adv, clip_value_loss, env_params.
     Traced (vmappable, see `TRACED_FIELDS`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
     defaults with `env_params` overrides applied.
@@ -62,6 +63,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
+    log_std_init: float = 0.0  # continuous actions: the initial log-std of the Gaussian policy
     normalize_obs: bool = False
     normalize_reward: bool = False
     normalize_adv: bool = True
@@ -228,6 +230,14 @@ def _validate(c: PPOConfig) -> None:
             raise TypeError(f"{name} must be True or False, got {v!r}.")
     if not c.hidden_sizes or not all(_is_int(w) and w > 0 for w in c.hidden_sizes):
         raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints, got {c.hidden_sizes}.")
+    if not _is_number(c.log_std_init):
+        kind = type(c.log_std_init).__name__
+        raise TypeError(f"log_std_init must be a number, got {c.log_std_init!r} ({kind}).")
+    if not math.isfinite(c.log_std_init):
+        raise ValueError(
+            f"log_std_init must be finite (the initial log-std of a continuous policy: 0.0 is std 1, "
+            f"-1.0 std 0.37), got {c.log_std_init}."
+        )
     from fusedrl.networks import ACTIVATIONS
 
     if c.activation not in ACTIVATIONS:

@@ -149,6 +149,7 @@ class PPO:
             discrete=self.discrete,
             hidden_sizes=config.hidden_sizes,
             activation=config.activation,
+            log_std_init=float(config.log_std_init),
         )
 
     # ----------------------------------------------------------------------------------- pieces
@@ -341,8 +342,8 @@ class PPO:
         # Permutations from packed-key sorts (train/shuffle.py: 2x cheaper than jax.random.permutation
         # at 512 elements, 3.6x at 32768). Small batches draw each epoch's inside the epoch, from its
         # key: drawn up front, the 1-agent x 512-sample run was 1.3x slower end to end on a 2-core CPU
-        # (XLA's thunk executor farmed the loop's tiny kernels out to the second core; README
-        # benchmark notes). Large batches draw each epoch's one epoch ahead: the sort does not depend
+        # (XLA's thunk executor farmed the loop's tiny kernels out to the second core;
+        # docs/speed.md). Large batches draw each epoch's one epoch ahead: the sort does not depend
         # on that epoch's minibatch steps, so XLA runs the two side by side instead of one after the
         # other (the sort of 32768 keys is single-threaded on CPU).
         keys = jax.random.split(key, c.update_epochs)

@@ -83,15 +83,17 @@ class ActorCritic(nn.Module):
     Attributes:
       action_dim: number of discrete actions, or the dimension of a continuous action.
       discrete: categorical policy if True, else a diagonal Gaussian with a state-independent
-        log-std parameter (initialised at 0).
+        log-std parameter (initialised at `log_std_init`).
       hidden_sizes: widths of the hidden layers of each torso.
       activation: a key of ACTIVATIONS.
+      log_std_init: the initial log-std of the Gaussian policy (unused when discrete).
     """
 
     action_dim: int
     discrete: bool
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    log_std_init: float = 0.0
 
     @nn.compact
     def __call__(self, obs: jax.Array):
@@ -104,7 +106,7 @@ class ActorCritic(nn.Module):
         if self.discrete:
             pi = Categorical(logits=head)
         else:
-            log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+            log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
             pi = DiagGaussian(mean=head, log_std=log_std)
         v = obs
         for i, width in enumerate(self.hidden_sizes):

@@ -23,7 +23,7 @@ runs execute:
   than one run at a time, and cannot spread them over its cores. Measured on a 2-core CPU at
   PureJaxRL's CartPole config (4 envs x 128 steps, 8 runs): the vmap gave 74.7k aggregate env
   steps/s on 1.4 cores, the same runs one after another 89.0k on one core, and two streams
-  137-169k against 81-86k for the vmap (README benchmark notes).
+  137-169k against 81-86k for the vmap (2026-11-22; current figures: README, "Speed").
 Runs are padded to a multiple of the device (or stream) count and trimmed afterwards (on the
 host when they were sharded over devices: see `_on_host`). Results are [runs, num_updates] per
 metric plus one final state per run; nothing else grows with total timesteps.
@@ -369,9 +369,10 @@ def _check_axes(config: PPOConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
             )
         if name in static:
             raise ValueError(
-                f"cannot sweep {name!r}: it is a static field of PPOConfig (it sets array shapes or "
-                f"the structure of the program), so runs with different values are different "
-                f"compiled programs and cannot be vmapped together. Run one sweep per value, e.g. "
+                f"cannot sweep {name!r}: it is a static field of PPOConfig (it sets array shapes, "
+                f"the structure of the program or its initial parameters), so runs with different "
+                f"values are different compiled programs and cannot be vmapped together. Run one "
+                f"sweep per value, e.g. "
                 f"`[fusedrl.sweep(config.replace({name}=v), ...) for v in values]`, or separate "
                 f"runs. Sweepable (traced) names for {config.env_id}: {', '.join(valid)}."
             )
