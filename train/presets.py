@@ -32,11 +32,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # SHORT. The 64-episode evaluation is noisy (random start angles); with 1024 episodes per seed:
     # -148.5 ± 1.8, and -147.6 ± 0.4 at root seed 1. With gamma 0.95: -154.2 ± 2.5 and -155.7 ± 2.6.
     # A near-optimal DP controller (`python -m fusedrl.bench pendulum_optimum`) averages -136.6 and
-    # -135.3 over 4096 random starts (seeds 0, 1): about the best such a mean can be (README).
+    # -135.3 over 4096 random starts (seeds 0, 1): about the best such a mean can be (docs/results.md).
     # From the preset's own 1024 evaluation starts per seed the controller scores -136.8; the preset
     # loses most of the gap on starts near the bottom (`python -m fusedrl.bench pendulum_optimum
     # --compare-preset`), by its actions 2 to 2.6 rad from upright (`--hybrid 2 --hybrid 2.6`).
-    # None of the ~40 variants in the README (some of an earlier preset) beats it.
+    # None of the ~40 variants in docs/results.md (some of an earlier preset) beats it.
     "Pendulum-v1": dict(
         num_envs=32, num_steps=128, total_timesteps=1_000_000, update_epochs=10, num_minibatches=8,
         lr=1e-3, gamma=0.98, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
@@ -68,7 +68,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # greedy 63.1 ± 4.8 over 4 seeds (per seed 60.5, 64.1, 57.5, 70.3), sampled 57.9 ± 3.5 (57.3,
     # 52.7, 59.1, 62.5): every seed beats the reference 28 either way. Not so with `--seed 1`
     # (2026-11-24 at c1fe0b1): greedy 66.6 ± 25.0 (25.7, 67.5, 90.4, 82.9), sampled 48.7 ± 21.2
-    # (24.4, 33.7, 58.1, 78.6): one seed of four falls short of 28 (README). A candidate, one run:
+    # (24.4, 33.7, 58.1, 78.6): one seed of four falls short of 28 (docs/results.md). A candidate, one run:
     # `--seed 1 --set clip_value_loss=False` (at 9830c8f): greedy 66.9 ± 8.9 (82.1, 61.5, 64.1, 59.9),
     # sampled 49.7 ± 7.7 (60.6, 53.1, 43.8, 41.3); not adopted before a run at root seed 0.
     # Everything below is at 1e7 steps, their budget and the preset's earlier value (now `--set
