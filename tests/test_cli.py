@@ -229,6 +229,8 @@ def test_load_policy_single_batch_and_seed(trained):
         (["--env", "CartPole-v1", "--set", "hidden_sizes=64,x"], ["hidden_sizes expects an integer"]),
         (["--env", "CartPole-v1", "--set", "gamma=1.5"], ["gamma must be in (0, 1]"]),
         (["--env", "CartPole-v1", "--set", "lr"], ["FIELD=VALUE"]),
+        (["--env", "CartPole-v1", "--set", "target_kl=small"], ["target_kl expects a number"]),
+        (["--env", "CartPole-v1", "--set", "target_kl=0"], ["target_kl must be > 0"]),
         (["--env", "CartPole-v1", "--set", "env_params.gravty=1"], ["gravity"]),
         (["--env", "CartPole-v1", "--num-seeds", "0"], ["num_seeds must be a positive int"]),
         ([], ["--env ID"]),
@@ -240,6 +242,14 @@ def test_bad_train_input_is_a_clear_error(argv, words, tmp_path):
     for w in words:
         assert w in err, (w, err)
     assert not (tmp_path / "run").exists()  # nothing was created
+
+
+def test_set_parses_optional_numbers():
+    from fusedrl.cli import parse_overrides
+
+    parsed = parse_overrides(["target_kl=0.02", "log_std_init=-0.5"])
+    assert parsed == {"target_kl": 0.02, "log_std_init": -0.5}
+    assert parse_overrides(["target_kl=none"]) == {"target_kl": None}
 
 
 def test_help_and_envs():

@@ -50,6 +50,8 @@ def test_config_derived_values():
         (dict(normalize_obs=1), TypeError, ["normalize_obs"]),
         (dict(log_std_init="low"), TypeError, ["log_std_init", "number"]),
         (dict(log_std_init=float("-inf")), ValueError, ["log_std_init", "finite"]),
+        (dict(target_kl=0.0), ValueError, ["target_kl", "> 0", "None"]),
+        (dict(target_kl="0.01"), TypeError, ["target_kl", "number"]),
     ],
 )
 def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
@@ -290,6 +292,52 @@ def _tiny_run(env_id):
                   num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,
                   normalize_reward=True)
     return c, jax.jit(make_train(c))(jax.random.key(0))
+
+
+def test_target_kl_stops_an_update_early():
+    # One update on the whole batch per epoch, lr 1e-2: after the first step the policy has moved far
+    # more than 1.5 * 1e-7 from the rollout's, so with target_kl=1e-7 the second epoch's step is
+    # skipped and the run ends where one epoch of the same step ends (same keys: same rollout).
+    base = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=64,
+                     num_minibatches=1, hidden_sizes=(16,), lr=1e-2)
+    key = jax.random.key(3)
+    stopped = jax.jit(make_train(base.replace(update_epochs=2, target_kl=1e-7)))(key)
+    one_epoch = jax.jit(make_train(base.replace(update_epochs=1)))(key)
+    two_epochs = jax.jit(make_train(base.replace(update_epochs=2)))(key)
+    np.testing.assert_array_equal(stopped.metrics["gradient_steps"], [1])
+    np.testing.assert_array_equal(one_epoch.metrics["gradient_steps"], [1])
+    np.testing.assert_array_equal(two_epochs.metrics["gradient_steps"], [2])
+    # Full-batch steps: the epochs' permutations only reorder a sum, hence allclose.
+    chex.assert_trees_all_close(stopped.params, one_epoch.params, rtol=1e-5, atol=1e-6)
+    far = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
+                                       two_epochs.params, one_epoch.params))
+    assert max(far) > 1e-3  # the second step does move the parameters
+    for name in ("policy_loss", "approx_kl", "entropy"):  # statistics of the step taken
+        np.testing.assert_allclose(stopped.metrics[name], one_epoch.metrics[name], rtol=1e-4, atol=1e-7)
+
+
+def test_target_kl_never_reached_changes_nothing_and_the_schedule_follows_updates(small):
+    config, _, _, result = small
+    np.testing.assert_array_equal(result.metrics["gradient_steps"],
+                                  config.update_epochs * config.num_minibatches)
+    loose = jax.jit(make_train(config.replace(target_kl=1e9)))(jax.random.key(0))
+    chex.assert_trees_all_equal(loose.params, result.params)  # the same training, bit for bit
+    loss_stats = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    for name in result.metrics:  # the loss statistics' means are summed in another order
+        if name in loss_stats:
+            np.testing.assert_allclose(loose.metrics[name], result.metrics[name], rtol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(loose.metrics[name], result.metrics[name], err_msg=name)
+    tight = jax.jit(make_train(config.replace(target_kl=1e-9, lr=1e-2)))(jax.random.key(0))
+    steps = np.asarray(tight.metrics["gradient_steps"])
+    assert np.all(steps >= 1) and np.all(steps < config.update_epochs * config.num_minibatches), steps
+    # Skipped steps still count for the learning-rate schedule and Adam's step counter.
+    lr_40x = result.metrics["learning_rate"] * 40
+    np.testing.assert_allclose(tight.metrics["learning_rate"], lr_40x, rtol=1e-6)
+    counts = [x for p, x in jax.tree_util.tree_leaves_with_path(tight.state.opt_state)
+              if isinstance(p[-1], jax.tree_util.GetAttrKey) and p[-1].name == "count"]
+    assert counts and all(int(c) == config.num_updates * config.update_epochs * config.num_minibatches
+                          for c in counts)
 
 
 def test_log_std_init_sets_the_gaussian_policy_initial_std():

@@ -41,7 +41,7 @@ class PPOConfig:
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
     num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, normalize_obs,
-    normalize_reward, normalize_adv, clip_value_loss, env_params.
+    normalize_reward, normalize_adv, clip_value_loss, target_kl, env_params.
     Traced (vmappable, see `TRACED_FIELDS`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
     defaults with `env_params` overrides applied.
@@ -68,6 +68,9 @@ class PPOConfig:
     normalize_reward: bool = False
     normalize_adv: bool = True
     clip_value_loss: bool = True
+    # None: every update takes all its minibatch steps. A number: an update stops early once a
+    # minibatch starts more than 1.5 * target_kl (approx. KL) from the rollout's policy (as SB3).
+    target_kl: float | None = None
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -238,6 +241,13 @@ def _validate(c: PPOConfig) -> None:
             f"log_std_init must be finite (the initial log-std of a continuous policy: 0.0 is std 1, "
             f"-1.0 std 0.37), got {c.log_std_init}."
         )
+    if c.target_kl is not None:
+        if not _is_number(c.target_kl):
+            kind = type(c.target_kl).__name__
+            raise TypeError(f"target_kl must be None (off) or a number, got {c.target_kl!r} ({kind}).")
+        if not c.target_kl > 0:
+            raise ValueError(f"target_kl must be > 0 (e.g. 0.01), or None to turn early stopping off; "
+                             f"got {c.target_kl}.")
     from fusedrl.networks import ACTIVATIONS
 
     if c.activation not in ACTIVATIONS:

@@ -35,6 +35,7 @@ METRIC_NAMES = (
     "entropy",
     "approx_kl",
     "clip_fraction",
+    "gradient_steps",
     "explained_variance",
     "learning_rate",
     "env_steps",
@@ -292,7 +293,11 @@ class PPO:
         return adv, adv + traj.value
 
     def learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key):
-        """`update_epochs` passes of shuffled minibatch gradient steps over a flat batch [B, ...]."""
+        """`update_epochs` passes of shuffled minibatch gradient steps over a flat batch [B, ...].
+
+        Returns (params, opt_state, the loss statistics' means over the steps taken, the number of
+        steps taken: update_epochs * num_minibatches unless `target_kl` stopped the update early).
+        """
         c = self.config
         batch_size = batch.advantage.shape[0]
         optimizer = self.make_optimizer(hparams)
@@ -308,7 +313,7 @@ class PPO:
         grad_fn = jax.grad(loss_fn, has_aux=True)
 
         def minibatch_step(carry, mb):
-            params, opt_state = carry
+            params, opt_state = carry[:2]
             if self.axis_name is not None and c.normalize_adv:  # statistics of the global minibatch
                 mean = jax.lax.pmean(mb.advantage.mean(), self.axis_name)
                 var = jax.lax.pmean(jnp.mean((mb.advantage - mean) ** 2), self.axis_name)
@@ -316,8 +321,19 @@ class PPO:
             grads, stats = grad_fn(params, batch=mb)
             if self.axis_name is not None:
                 grads = jax.lax.pmean(grads, self.axis_name)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), stats
+            updates, new_opt_state = optimizer.update(grads, opt_state, params)
+            new_params = optax.apply_updates(params, updates)
+            if c.target_kl is None:
+                return (new_params, new_opt_state), stats
+            # Early stop (SB3's rule): once a minibatch starts more than 1.5 * target_kl away from
+            # the rollout's policy (k3 estimate, before its step), it and every later step of this
+            # update are skipped. Skipped steps still run, as selects, so the loops keep their shape.
+            kl = stats.approx_kl
+            if self.axis_name is not None:  # every shard takes the same decision
+                kl = jax.lax.pmean(kl, self.axis_name)
+            stopped = carry[2] | (kl > 1.5 * c.target_kl)
+            params, opt_state = _unless(stopped, (params, opt_state), (new_params, new_opt_state))
+            return (params, opt_state, stopped), (stats, ~stopped)
 
         def draw(k):
             return permutations(k, 1, batch_size)[0]
@@ -347,14 +363,20 @@ class PPO:
         # on that epoch's minibatch steps, so XLA runs the two side by side instead of one after the
         # other (the sort of 32768 keys is single-threaded on CPU).
         keys = jax.random.split(key, c.update_epochs)
+        carry = (params, opt_state) if c.target_kl is None else (params, opt_state, jnp.bool_(False))
         if batch_size <= SMALL_BATCH_SHUFFLE:
-            (params, opt_state), stats = jax.lax.scan(epoch, (params, opt_state), keys)
+            carry, stats = jax.lax.scan(epoch, carry, keys)
         else:
             ahead = (jnp.arange(c.update_epochs), jnp.concatenate([keys[1:], keys[:1]]))  # last unused
-            ((params, opt_state), _), stats = jax.lax.scan(
-                epoch_ahead, ((params, opt_state), draw(keys[0])), ahead
-            )
-        return params, opt_state, jax.tree.map(jnp.mean, stats)
+            (carry, _), stats = jax.lax.scan(epoch_ahead, (carry, draw(keys[0])), ahead)
+        params, opt_state = carry[:2]
+        if c.target_kl is None:
+            steps = jnp.int32(c.update_epochs * c.num_minibatches)
+            return params, opt_state, jax.tree.map(jnp.mean, stats), steps
+        stats, taken = stats
+        steps = taken.sum(dtype=jnp.int32)  # >= 1: the first step starts at the rollout's policy
+        mean = jax.tree.map(lambda x: jnp.sum(jnp.where(taken, x, 0.0)) / jnp.maximum(steps, 1), stats)
+        return params, opt_state, mean, steps
 
     def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
         """One PPO update: rollout, then `learn_from_rollout`. Returns (new state, metrics)."""
@@ -381,7 +403,9 @@ class PPO:
             value=flat(traj.value), advantage=flat(adv), target=flat(targets),
         )
         lr = self.learning_rate(hparams, state.update)
-        params, opt_state, stats = self.learn(state.params, state.opt_state, batch, hparams, k_learn)
+        params, opt_state, stats, steps = self.learn(
+            state.params, state.opt_state, batch, hparams, k_learn
+        )
 
         # Episode statistics over the episodes that completed during this update. When none did,
         # report the latest update that had one (episodes_completed = 0 says so), never NaN.
@@ -398,6 +422,7 @@ class PPO:
             "episode_length": length,
             "episodes_completed": n_done.astype(jnp.int32),
             **stats._asdict(),
+            "gradient_steps": steps,
             "explained_variance": explained_variance(batch.value, batch.target),
             "learning_rate": jnp.asarray(lr, jnp.float32),
             "env_steps": update * c.batch_size,
@@ -443,6 +468,18 @@ class PPO:
     def __call__(self, key: jax.Array, hparams: Hyperparams | None = None) -> TrainResult:
         hparams = self._check_hparams(hparams)
         return self.run(self.init(key, hparams), hparams)
+
+
+def _unless(stopped, old, new):
+    """`new`, or `old` where `stopped`; optimiser step counts always advance (they drive the
+    learning-rate schedule, which follows the update number whether its steps were taken or not)."""
+
+    def pick(path, o, n):
+        if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "count":
+            return n
+        return jnp.where(stopped, o, n)
+
+    return jax.tree_util.tree_map_with_path(pick, old, new)
 
 
 def _linear_anneal(count, lr, steps_per_update, num_updates):

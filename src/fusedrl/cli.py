@@ -143,6 +143,10 @@ def parse_value(field: str, text: str) -> Any:
         raise CLIError(f"--set {field}=...: PPOConfig has no field {field!r}.{hint} "
                        f"Valid fields: {', '.join(valid)}.")
     kind = types[field]
+    if set(typing.get_args(kind)) == {float, type(None)}:  # optional numbers (target_kl)
+        if text.lower() in ("none", "off", ""):
+            return None
+        kind = float
     if kind is bool:
         if text.lower() in _TRUE:
             return True

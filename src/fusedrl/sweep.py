@@ -898,4 +898,5 @@ def _combine(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
     for k in ("episode_return", "episode_length"):
         out[k] = (m[k] * weights).sum(0)
     out["learning_rate"] = m["learning_rate"][0]
+    out["gradient_steps"] = m["gradient_steps"][0]  # the shards stop together (their KL is pmean'd)
     return out
