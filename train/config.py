@@ -211,7 +211,8 @@ def _validate(c: PPOConfig) -> None:
             f"(num_envs * num_steps = {c.num_envs} * {c.num_steps} = {c.batch_size}); "
             f"choose num_minibatches among {divisors} or change num_envs/num_steps."
         )
-    for name in TRACED_FIELDS:
+    numbers = TRACED_FIELDS + ("log_std_init",) + (("target_kl",) if c.target_kl is not None else ())
+    for name in numbers:
         v = getattr(c, name)
         if not _is_number(v):
             raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
@@ -223,6 +224,9 @@ def _validate(c: PPOConfig) -> None:
         "ent_coef": (c.ent_coef >= 0, "must be >= 0"),
         "vf_coef": (c.vf_coef >= 0, "must be >= 0"),
         "max_grad_norm": (c.max_grad_norm > 0, "must be > 0"),
+        "log_std_init": (math.isfinite(c.log_std_init), "must be finite (0.0 is std 1, -1.0 std 0.37)"),
+        "target_kl": (c.target_kl is None or c.target_kl > 0,
+                      "must be > 0 (e.g. 0.01), or None to turn early stopping off"),
     }
     for name, (ok, rule) in checks.items():
         if not ok:
@@ -233,21 +237,6 @@ def _validate(c: PPOConfig) -> None:
             raise TypeError(f"{name} must be True or False, got {v!r}.")
     if not c.hidden_sizes or not all(_is_int(w) and w > 0 for w in c.hidden_sizes):
         raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints, got {c.hidden_sizes}.")
-    if not _is_number(c.log_std_init):
-        kind = type(c.log_std_init).__name__
-        raise TypeError(f"log_std_init must be a number, got {c.log_std_init!r} ({kind}).")
-    if not math.isfinite(c.log_std_init):
-        raise ValueError(
-            f"log_std_init must be finite (the initial log-std of a continuous policy: 0.0 is std 1, "
-            f"-1.0 std 0.37), got {c.log_std_init}."
-        )
-    if c.target_kl is not None:
-        if not _is_number(c.target_kl):
-            kind = type(c.target_kl).__name__
-            raise TypeError(f"target_kl must be None (off) or a number, got {c.target_kl!r} ({kind}).")
-        if not c.target_kl > 0:
-            raise ValueError(f"target_kl must be > 0 (e.g. 0.01), or None to turn early stopping off; "
-                             f"got {c.target_kl}.")
     from fusedrl.networks import ACTIVATIONS
 
     if c.activation not in ACTIVATIONS:
