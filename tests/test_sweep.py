@@ -392,6 +392,28 @@ def test_sharded_sweep_and_data_parallel_match_one_device(swept):
     assert out["dp_obs_shape"] == [4, 2, 4]  # [shards, envs per shard, obs]
 
 
+def test_data_parallel_shards_stop_early_together():
+    # With target_kl, each shard's minibatch KL differs (its own envs), so each shard alone would
+    # stop at its own step and the parameters would drift apart; the decision uses the mean KL.
+    from fusedrl.sweep import DATA_AXIS, data_parallel_train
+
+    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4,
+                       update_epochs=4, num_minibatches=2, hidden_sizes=(16,), lr=1e-2, target_kl=1e-3)
+    # The program `data_parallel_train` runs on one device, kept per shard to compare the shards.
+    train = make_train(config.replace(num_envs=2, total_timesteps=2 * 16 * 4), axis_name=DATA_AXIS)
+    per_shard = jax.vmap(train, in_axes=None, axis_size=2, axis_name=DATA_AXIS)
+    shards = jax.jit(per_shard)(jax.random.key(0), train.default_hparams())
+    steps = np.asarray(shards.metrics["gradient_steps"])
+    kl = np.asarray(shards.metrics["approx_kl"])
+    assert not np.array_equal(kl[0], kl[1])  # the shards do see different KLs
+    np.testing.assert_array_equal(steps[0], steps[1])
+    full = config.update_epochs * config.num_minibatches
+    assert steps.min() >= 1 and steps.min() < full, steps  # some update did stop early
+    chex.assert_trees_all_equal(*(jax.tree.map(lambda x, i=i: x[i], shards.state.params) for i in (0, 1)))
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=2)(jax.random.key(0))
+    np.testing.assert_array_equal(agent.metrics["gradient_steps"], steps[0])
+
+
 # -------------------------------------------------------------------------------- multi-host
 MULTI_HOST = textwrap.dedent(
     """

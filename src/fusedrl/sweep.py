@@ -890,10 +890,10 @@ def data_parallel_train(
 def _combine(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """Per-shard metrics [S, num_updates] -> the agent's metrics [num_updates]."""
     n = m["episodes_completed"]
-    total = n.sum(0)
+    total = n.sum(0, keepdims=True)  # [1, num_updates]: no implicit rank promotion
     weights = jnp.where(total > 0, n / jnp.maximum(total, 1), 1.0 / n.shape[0])
     out = {k: v.mean(0).astype(v.dtype) for k, v in m.items()}
-    out["episodes_completed"] = total
+    out["episodes_completed"] = total[0]
     out["env_steps"] = m["env_steps"].sum(0)
     for k in ("episode_return", "episode_length"):
         out[k] = (m[k] * weights).sum(0)
