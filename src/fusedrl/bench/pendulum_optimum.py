@@ -1,6 +1,7 @@
 """How well a near-optimal controller scores on Pendulum-v1: about the best its preset row can be.
 
     python -m fusedrl.bench pendulum_optimum [--grid 721x641] [--actions 81] [--episodes 4096]
+        [--gamma G]
     python -m fusedrl.bench pendulum_optimum --episodes 1024 --compare-preset [--seeds 4] [--set F=V]
         [--hybrid A ...]
 
@@ -17,6 +18,12 @@ It prints the controller's mean return (with its standard error over start state
 value estimate averaged over the same start states, and the spread of means over blocks of 64
 episodes, the size of a preset row's evaluation. Whether a grid is fine enough is checked by running
 a finer one: the mean should move by about its standard error or less.
+
+`--gamma G` solves instead for the discounted return that PPO with discount G maximises (infinite
+horizon, since the trainer bootstraps at truncation), by value iteration to one stationary value
+grid; its controller is still scored by its undiscounted 200-step returns. The difference from the
+undiscounted optimum is what choosing G costs a perfect learner: the part of a preset's gap to the
+optimum that lies in its objective, not in how well PPO optimises it.
 
 `--compare-preset` then shows where a trained preset loses to the controller. It trains the
 Pendulum-v1 preset exactly as `bench presets` does (same program, same keys: the row's policies),
@@ -36,7 +43,8 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,12 +53,35 @@ import numpy as np
 BLOCK = 64  # episodes per seed in a `bench presets` row
 
 
-def solve(num_theta: int, num_velocity: int, num_actions: int):
-    """Finite-horizon DP for Pendulum-v1 on a num_theta x num_velocity grid.
+class Solution(NamedTuple):
+    """What `solve` computed: the value grids, the torques tried, the interpolation, the env."""
 
-    Returns (values, torques, value_at, env, params): values[k] is the [num_theta, num_velocity] grid
-    of optimal returns with k steps to go (k = 0..horizon); value_at(grid, theta, theta_dot) is the
-    bilinear interpolation of one such grid at any state.
+    values: jax.Array  # [horizon + 1, T, V]: values[k] with k steps to go; discounted: [1, T, V]
+    torques: jax.Array  # [num_actions], an even grid over [-max_torque, max_torque]
+    value_at: Callable  # value_at(grid, theta, theta_dot): one grid, interpolated at any state
+    env: Any
+    params: Any
+    gamma: float | None = None  # None: the episode's undiscounted return; else the discounted one
+
+    def grid(self, steps_to_go):
+        """The value grid to act on with `steps_to_go` steps left (discounted: the one grid)."""
+        return self.values[0] if self.gamma is not None else self.values[steps_to_go]
+
+    def lookahead_value(self, grid, state):
+        """What a step into `state` is worth after its reward: the (discounted) value there."""
+        v = self.value_at(grid, state.theta, state.theta_dot)
+        return v if self.gamma is None else self.gamma * v
+
+
+def solve(num_theta: int, num_velocity: int, num_actions: int, gamma: float | None = None) -> Solution:
+    """DP for Pendulum-v1 on a num_theta x num_velocity grid.
+
+    Without `gamma`: finite-horizon DP of the episode's undiscounted return, the score evaluation
+    reports; values[k] is the grid of optimal returns with k steps to go (k = 0..horizon). With
+    `gamma` (0 < gamma < 1): value iteration of the infinite-horizon discounted return, the
+    objective PPO with that gamma optimises (the trainer bootstraps at truncation, so the
+    200-step limit is not part of it); values[0] is the one stationary grid, iterated until its
+    error is below 1e-3.
     """
     from fusedrl.envs import make
     from fusedrl.envs.pendulum import _angle_normalize
@@ -90,15 +121,23 @@ def solve(num_theta: int, num_velocity: int, num_actions: int):
     def backup(grid, _):  # emits the grid it starts from: values[0] (zeros) first
         def q(torque):
             nxt, reward = step_all(grid_state, torque)
-            return reward + value_at(grid, nxt.theta, nxt.theta_dot)
+            value = value_at(grid, nxt.theta, nxt.theta_dot)
+            return reward + (value if gamma is None else gamma * value)
 
         return jax.lax.map(q, torques).max(0).reshape(num_theta, num_velocity), grid
 
-    # horizon + 1 iterations, so the last backup is computed and dropped: one grid more work, but
-    # the stacked values are the scan's own output, never copied.
     zeros = jnp.zeros((num_theta, num_velocity), jnp.float32)
-    _, values = jax.jit(lambda g: jax.lax.scan(backup, g, None, length=horizon + 1))(zeros)
-    return values, torques, value_at, env, params
+    if gamma is None:
+        # horizon + 1 iterations, so the last backup is computed and dropped: one grid more work,
+        # but the stacked values are the scan's own output, never copied.
+        _, values = jax.jit(lambda g: jax.lax.scan(backup, g, None, length=horizon + 1))(zeros)
+    else:
+        # From zeros, k backups leave an error of at most gamma^k * max|reward| / (1 - gamma).
+        worst = math.pi**2 + 0.1 * vmax**2 + 0.001 * float(params.max_torque) ** 2
+        sweeps = math.ceil(math.log(1e-3 * (1 - gamma) / worst) / math.log(gamma))
+        values = jax.jit(lambda g: jax.lax.fori_loop(0, sweeps, lambda _, g: backup(g, None)[0], g))(zeros)
+        values = values[None]
+    return Solution(values, torques, value_at, env, params, gamma)
 
 
 def _start_states(theta, theta_dot):
@@ -108,40 +147,42 @@ def _start_states(theta, theta_dot):
     return PendulumState(theta=theta, theta_dot=theta_dot, time=jnp.zeros(jnp.shape(theta), jnp.int32))
 
 
-def run_controller(values, torques, value_at, env, params, key, num_episodes: int):
+def run_controller(solved: Solution, key, num_episodes: int):
     """The DP controller on `num_episodes` episodes from the env's reset.
 
     Returns (returns [num_episodes], value estimates at the start states [num_episodes]).
     """
     keys = jax.random.split(key, num_episodes)
-    _, starts = jax.vmap(env.reset_env, in_axes=(0, None))(keys, params)
-    return controller_returns(values, torques, value_at, env, params, starts)
+    _, starts = jax.vmap(solved.env.reset_env, in_axes=(0, None))(keys, solved.params)
+    return controller_returns(solved, starts)
 
 
-def _lookahead(values, torques, value_at, env, params):
+def _lookahead(solved: Solution):
     """The controller's choice: `choose(state, k)` for one state after k steps (horizon - k to go)
     returns (index of the best torque, next states [num_actions], rewards [num_actions])."""
+    env, params = solved.env, solved.params
     horizon = params.max_steps_in_episode
 
     def choose(state, k):
         step = jax.vmap(lambda u: env.step_env(None, state, u[None], params))  # deterministic
-        _, nxt, reward, _, _ = step(torques)
-        best = jnp.argmax(reward + value_at(values[horizon - k - 1], nxt.theta, nxt.theta_dot))
+        _, nxt, reward, _, _ = step(solved.torques)
+        best = jnp.argmax(reward + solved.lookahead_value(solved.grid(horizon - k - 1), nxt))
         return best, nxt, reward
 
     return choose
 
 
-def controller_returns(values, torques, value_at, env, params, starts):
+def controller_returns(solved: Solution, starts):
     """The DP controller's episode returns from a batch of start states (a `PendulumState` [N]).
 
-    Returns (returns [N], value estimates at the start states [N]).
+    Returns (returns [N], the DP's value estimates at the start states [N]: the expected return,
+    or with `gamma` the discounted one).
     """
-    horizon = params.max_steps_in_episode
-    choose = _lookahead(values, torques, value_at, env, params)
+    horizon = solved.params.max_steps_in_episode
+    choose = _lookahead(solved)
 
     def episode(state):
-        start_value = value_at(values[horizon], state.theta, state.theta_dot)
+        start_value = solved.value_at(solved.grid(horizon), state.theta, state.theta_dot)
 
         def act(state, k):
             best, nxt, reward = choose(state, k)
@@ -190,9 +231,8 @@ def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: fl
     from fusedrl.envs.wrappers import find_wrapper_state
     from fusedrl.evaluation import eval_reset
 
-    values, torques, value_at, env, params = solved
-    horizon = params.max_steps_in_episode
-    choose = jax.vmap(_lookahead(values, torques, value_at, env, params), in_axes=(0, None))
+    horizon = solved.params.max_steps_in_episode
+    choose = jax.vmap(_lookahead(solved), in_axes=(0, None))
 
     def one_seed(result, key):
         # Pendulum's episodes all last `horizon` steps, so every env is in its first episode
@@ -205,7 +245,7 @@ def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: fl
             pi, _ = trainer.network.apply(result.params, obs)
             far = jnp.abs(_angle_normalize(state.theta)) > threshold
             take = far if controller_far else ~far
-            action = jnp.where(take[:, None], torques[choose(state, k)[0]][:, None], pi.mode())
+            action = jnp.where(take[:, None], solved.torques[choose(state, k)[0]][:, None], pi.mode())
             obs, env_state, reward, _, _, _ = venv.step(env_state, action, result.hparams.env_params)
             return (env_state, obs, returns + reward, taken + take), None
 
@@ -250,12 +290,11 @@ def compare_preset(
     from fusedrl.envs.pendulum import _angle_normalize
     from fusedrl.train.ppo import make_train
 
-    values, torques, value_at, env, params = solved
     config, result, compile_s, train_s, k_eval = train_preset("Pendulum-v1", seeds, seed, **overrides)
     trainer = make_train(config)
     policy, starts = policy_and_starts(trainer, result, k_eval, episodes)
     flat = jax.tree.map(lambda x: x.reshape(-1), starts)
-    dp, _ = controller_returns(values, torques, value_at, env, params, flat)
+    dp, _ = controller_returns(solved, flat)
     policy = np.asarray(policy, np.float64)
     dp = np.asarray(dp, np.float64).reshape(policy.shape)
     angle = np.abs(np.asarray(_angle_normalize(starts.theta), np.float64))
@@ -299,6 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--actions", type=int, default=81, help="torques in the even grid over [-2, 2]")
     p.add_argument("--episodes", type=int, default=4096,
                    help="random starts (with --compare-preset, also the episodes per seed)")
+    p.add_argument("--gamma", type=float,
+                   help="solve for the discounted return PPO with this gamma optimises instead "
+                        "(0 < G < 1; a stationary controller, scored by its undiscounted returns)")
     p.add_argument("--seed", type=int, default=0, help="root PRNG seed (as `bench presets --seed`)")
     p.add_argument("--json", action="store_true",
                    help="print the result as one JSON line (a second one for --compare-preset)")
@@ -323,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--actions must be at least 2 (both torque limits), got {a.actions}")
     if a.episodes < 1:
         p.error(f"--episodes must be positive, got {a.episodes}")
+    if a.gamma is not None and not 0 < a.gamma < 1:
+        p.error(f"--gamma takes a discount with 0 < G < 1 (leave it out for the undiscounted "
+                f"finite-horizon optimum), got {a.gamma:g}")
     if a.seeds is not None and a.seeds < 1:
         p.error(f"--seeds must be positive, got {a.seeds}")
     if (a.set or a.seeds is not None or a.hybrid) and not a.compare_preset:
@@ -332,16 +377,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--hybrid takes an angle A from upright with 0 < A < pi, got {threshold:g}")
 
     t0 = time.perf_counter()
-    values, torques, value_at, env, params = solve(num_theta, num_velocity, a.actions)
-    values.block_until_ready()
+    solved = solve(num_theta, num_velocity, a.actions, a.gamma)
+    solved.values.block_until_ready()
     solve_s = time.perf_counter() - t0
-    returns, start_values = run_controller(
-        values, torques, value_at, env, params, jax.random.PRNGKey(a.seed), a.episodes
-    )
+    returns, start_values = run_controller(solved, jax.random.PRNGKey(a.seed), a.episodes)
     returns, start_values = np.asarray(returns, np.float64), np.asarray(start_values, np.float64)
     row = {
         "grid": f"{num_theta}x{num_velocity}",
         "actions": a.actions,
+        "gamma": a.gamma,
         "episodes": a.episodes,
         "mean_return": float(returns.mean()),
         "sem": float(returns.std(ddof=1) / math.sqrt(a.episodes)) if a.episodes > 1 else float("nan"),
@@ -354,9 +398,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.json:
         print(json.dumps(row), flush=True)
     else:
+        objective = "return" if a.gamma is None else f"discounted return, gamma {a.gamma:g},"
         print(
-            f"Pendulum-v1, DP controller on a {row['grid']} grid with {a.actions} torques "
-            f"(solved in {solve_s:.1f} s): mean return {row['mean_return']:.1f} "
+            f"Pendulum-v1, DP controller on a {row['grid']} grid with {a.actions} torques, best "
+            f"{objective} (solved in {solve_s:.1f} s): mean return {row['mean_return']:.1f} "
             f"(standard error {row['sem']:.1f}) over {a.episodes} random starts; "
             f"DP value estimate {row['dp_value']:.1f}"
         )
@@ -366,7 +411,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.compare_preset:
         from fusedrl.bench.presets import _parse_set
 
-        solved = (values, torques, value_at, env, params)
         cmp = compare_preset(solved, a.episodes, a.seeds or 4, a.seed, a.hybrid, **_parse_set(a.set))
         if a.json:
             print(json.dumps(cmp))
