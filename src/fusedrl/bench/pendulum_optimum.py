@@ -69,8 +69,12 @@ class Solution(NamedTuple):
 
     def lookahead_value(self, grid, state):
         """What a step into `state` is worth after its reward: the (discounted) value there."""
-        v = self.value_at(grid, state.theta, state.theta_dot)
-        return v if self.gamma is None else self.gamma * v
+        return _discount(self.value_at(grid, state.theta, state.theta_dot), self.gamma)
+
+
+def _discount(value, gamma: float | None):
+    """A next state's value as a backup adds it to the step's reward."""
+    return value if gamma is None else gamma * value
 
 
 def solve(num_theta: int, num_velocity: int, num_actions: int, gamma: float | None = None) -> Solution:
@@ -121,8 +125,7 @@ def solve(num_theta: int, num_velocity: int, num_actions: int, gamma: float | No
     def backup(grid, _):  # emits the grid it starts from: values[0] (zeros) first
         def q(torque):
             nxt, reward = step_all(grid_state, torque)
-            value = value_at(grid, nxt.theta, nxt.theta_dot)
-            return reward + (value if gamma is None else gamma * value)
+            return reward + _discount(value_at(grid, nxt.theta, nxt.theta_dot), gamma)
 
         return jax.lax.map(q, torques).max(0).reshape(num_theta, num_velocity), grid
 
