@@ -455,7 +455,8 @@ def test_pendulum_optimum_cli_prints_its_rows_and_rejects_bad_arguments(capsys):
     assert row["block64_min"] == row["block64_max"] == pytest.approx(row["mean_return"])
     assert row["gamma"] is None
     assert pendulum_optimum.main([*argv[:-1], "--gamma", "0.9"]) == 0  # as text, not JSON
-    assert "best discounted return, gamma 0.9, (solved in" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "best discounted return, gamma 0.9, (solved in" in out and "(discounted)" in out
     bad_args = (["--grid", "16"], ["--grid", "2x9"], ["--actions", "1"], ["--episodes", "0"],
                 ["--gamma", "1"], ["--gamma", "0"],
                 ["--seeds", "4"], ["--set", "gamma=0.99"], ["--hybrid", "2"],  # need --compare-preset

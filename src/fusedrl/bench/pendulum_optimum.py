@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"Pendulum-v1, DP controller on a {row['grid']} grid with {a.actions} torques, best "
             f"{objective} (solved in {solve_s:.1f} s): mean return {row['mean_return']:.1f} "
             f"(standard error {row['sem']:.1f}) over {a.episodes} random starts; "
-            f"DP value estimate {row['dp_value']:.1f}"
+            f"DP value estimate {row['dp_value']:.1f}{'' if a.gamma is None else ' (discounted)'}"
         )
         if blocks.size:
             print(f"means of {blocks.size} blocks of {BLOCK} episodes: "
