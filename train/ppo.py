@@ -471,15 +471,21 @@ class PPO:
 
 
 def _unless(stopped, old, new):
-    """`new`, or `old` where `stopped`; optimiser step counts always advance (they drive the
-    learning-rate schedule, which follows the update number whether its steps were taken or not)."""
+    """`new`, or `old` where `stopped`, except the learning-rate schedule's step count, which always
+    advances: the schedule follows the update number whether its steps were taken or not. Adam's
+    own count stays with its moments: a skipped step changes nothing, as in SB3, where it is never
+    taken (advancing the count alone would shrink Adam's bias correction of moments that saw fewer
+    steps, enlarging the steps it then takes: up to 2.4x with 2 of 16 steps taken per update)."""
 
-    def pick(path, o, n):
-        if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "count":
+    def schedule(x):
+        return isinstance(x, optax.ScaleByScheduleState)
+
+    def pick(o, n):
+        if schedule(o):
             return n
-        return jnp.where(stopped, o, n)
+        return jax.tree.map(lambda a, b: jnp.where(stopped, a, b), o, n)
 
-    return jax.tree_util.tree_map_with_path(pick, old, new)
+    return jax.tree.map(pick, old, new, is_leaf=schedule)
 
 
 def _linear_anneal(count, lr, steps_per_update, num_updates):
