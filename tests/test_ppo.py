@@ -53,6 +53,13 @@ def test_config_derived_values():
         (dict(log_std_init=float("-inf")), ValueError, ["log_std_init", "finite"]),
         (dict(target_kl=0.0), ValueError, ["target_kl", "> 0", "None"]),
         (dict(target_kl="0.01"), TypeError, ["target_kl", "number"]),
+        (dict(lr=float("inf")), ValueError, ["lr", "finite"]),
+        (dict(vf_coef=float("inf")), ValueError, ["vf_coef", "finite"]),
+        (dict(lr=float("nan")), ValueError, ["lr", "> 0"]),
+        (dict(activation=["tanh"]), ValueError, ["activation", "'tanh'", "['tanh']"]),
+        (dict(env_params=[1]), TypeError, ["env_params", "mapping", "'gravity'"]),
+        (dict(env_params={"gravity": [9.8, 12.0]}), TypeError,
+         ["env_params['gravity']", "number", "fusedrl.sweep(config, gravity=[...])"]),
     ],
 )
 def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):

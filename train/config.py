@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 # Names of the PPOConfig fields that are traced (swept without recompiling).
@@ -76,7 +77,7 @@ class PPOConfig:
     def __post_init__(self):
         # Normalise containers so the config is hashable and prints the same however it was built.
         object.__setattr__(self, "hidden_sizes", _as_int_tuple(self.hidden_sizes))
-        object.__setattr__(self, "env_params", _FrozenDict(self.env_params))
+        object.__setattr__(self, "env_params", _as_env_params(self.env_params))
         _validate(self)
 
     # Derived values are computed, never stored.
@@ -178,6 +179,24 @@ def _as_int_tuple(x) -> tuple[int, ...]:
         raise TypeError(f"hidden_sizes must be a sequence of positive ints, got {x!r}.") from None
 
 
+def _as_env_params(x) -> _FrozenDict:
+    if not isinstance(x, Mapping):
+        raise TypeError(
+            f"env_params must be a mapping of the env's param names to numbers, e.g. "
+            f"{{'gravity': 12.0}}, got {x!r} ({type(x).__name__})."
+        )
+    for name, v in x.items():
+        if not isinstance(name, str):
+            raise TypeError(f"env_params keys must be param names (str), got {name!r}.")
+        if not isinstance(v, int | float | bool | np.generic):
+            raise TypeError(
+                f"env_params[{name!r}] must be a number (a physics constant or a time limit), got "
+                f"{v!r} ({type(v).__name__}); to try several values, sweep it: "
+                f"fusedrl.sweep(config, {name}=[...])."
+            )
+    return _FrozenDict(x)
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -217,13 +236,13 @@ def _validate(c: PPOConfig) -> None:
         if not _is_number(v):
             raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
     checks = {
-        "lr": (c.lr > 0, "must be > 0"),
+        "lr": (0 < c.lr < math.inf, "must be > 0 and finite"),
         "gamma": (0 < c.gamma <= 1, "must be in (0, 1]"),
         "gae_lambda": (0 <= c.gae_lambda <= 1, "must be in [0, 1]"),
-        "clip_eps": (c.clip_eps > 0, "must be > 0"),
-        "ent_coef": (c.ent_coef >= 0, "must be >= 0"),
-        "vf_coef": (c.vf_coef >= 0, "must be >= 0"),
-        "max_grad_norm": (c.max_grad_norm > 0, "must be > 0"),
+        "clip_eps": (0 < c.clip_eps < math.inf, "must be > 0 and finite"),
+        "ent_coef": (0 <= c.ent_coef < math.inf, "must be >= 0 and finite"),
+        "vf_coef": (0 <= c.vf_coef < math.inf, "must be >= 0 and finite"),
+        "max_grad_norm": (c.max_grad_norm > 0, "must be > 0 (inf: no clipping)"),
         "log_std_init": (math.isfinite(c.log_std_init), "must be finite (0.0 is std 1, -1.0 std 0.37)"),
         "target_kl": (c.target_kl is None or c.target_kl > 0,
                       "must be > 0 (e.g. 0.01), or None to turn early stopping off"),
@@ -239,5 +258,5 @@ def _validate(c: PPOConfig) -> None:
         raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints, got {c.hidden_sizes}.")
     from fusedrl.networks import ACTIVATIONS
 
-    if c.activation not in ACTIVATIONS:
+    if not isinstance(c.activation, str) or c.activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {c.activation!r}.")
