@@ -66,8 +66,13 @@ class RunningMeanStd:
             count=jnp.asarray(count, jnp.float32),
         )
 
-    def update(self, batch: jax.Array) -> RunningMeanStd:
-        """Returns the statistics with `batch` [B, *shape] merged in (B >= 1)."""
+    def update(self, batch: jax.Array, axis_name: str | None = None) -> RunningMeanStd:
+        """Returns the statistics with `batch` [B, *shape] merged in (B >= 1).
+
+        With `axis_name` (a mapped axis over which shards of one agent run, each with its own
+        batch of the same size B), every shard's batch is merged in: shards that start from the same
+        statistics keep the same statistics.
+        """
         batch = jnp.asarray(batch, jnp.float32)
         if batch.ndim < 1 or batch.shape[1:] != self.mean.shape or batch.shape[0] < 1:
             raise ValueError(
@@ -77,6 +82,11 @@ class RunningMeanStd:
         batch_count = batch.shape[0]
         batch_mean = jnp.mean(batch, axis=0)
         batch_var = jnp.var(batch, axis=0)
+        if axis_name is not None:  # the pooled batch: equal sizes, so plain means over shards
+            pooled_mean = jax.lax.pmean(batch_mean, axis_name)
+            batch_var = jax.lax.pmean(batch_var + (batch_mean - pooled_mean) ** 2, axis_name)
+            batch_mean = pooled_mean
+            batch_count = batch_count * jax.lax.axis_size(axis_name)
         delta = batch_mean - self.mean
         total = self.count + batch_count
         mean = self.mean + delta * (batch_count / total)
@@ -270,10 +280,14 @@ class NormalizeObservation(VecEnvWrapper):
       stats: statistics `reset` starts from (a `RunningMeanStd` of the observation shape); default
         `RunningMeanStd.create(obs_shape)`. Pass the trained statistics with `update=False` to
         evaluate; they may be traced arrays when the wrapper is built inside a traced function.
+      axis_name: shards of one agent along this mapped axis (data parallelism) pool their
+        observations into one statistics, the same on every shard; None: this env's alone.
     """
 
-    def __init__(self, venv, *, update: bool = True, epsilon=1e-8, clip=10.0, stats=None):
+    def __init__(self, venv, *, update: bool = True, epsilon=1e-8, clip=10.0, stats=None,
+                 axis_name: str | None = None):
         super().__init__(venv)
+        self.axis_name = axis_name
         _check_positive("epsilon", epsilon)
         _check_positive("clip", clip, allow_none=True)
         if stats is not None and not isinstance(stats, RunningMeanStd):
@@ -308,13 +322,13 @@ class NormalizeObservation(VecEnvWrapper):
                 f"NormalizeObservation: stats have shape {stats.mean.shape}, observations {obs.shape[1:]}."
             )
         if self.update:
-            stats = stats.update(obs)
+            stats = stats.update(obs, self.axis_name)
         state = NormalizeObservationState(inner=inner, obs_stats=stats)
         return self._normalize(stats, obs), state
 
     def step(self, state: NormalizeObservationState, action: jax.Array, params=None, draws=None):
         obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
-        stats = state.obs_stats.update(obs) if self.update else state.obs_stats
+        stats = state.obs_stats.update(obs, self.axis_name) if self.update else state.obs_stats
         obs, info = _map_obs(lambda x: self._normalize(stats, x), obs, info)
         state = state.replace(inner=inner, obs_stats=stats)
         return obs, state, reward, terminated, truncated, info
@@ -341,10 +355,14 @@ class NormalizeReward(VecEnvWrapper):
       epsilon: added to the variance.
       clip: bound on the magnitude of scaled rewards, or None.
       stats: statistics `reset` starts from (a scalar `RunningMeanStd`); default fresh.
+      axis_name: shards of one agent along this mapped axis (data parallelism) pool their returns
+        into one statistics, the same on every shard; None: this env's alone.
     """
 
-    def __init__(self, venv, *, gamma, update: bool = True, epsilon=1e-8, clip=10.0, stats=None):
+    def __init__(self, venv, *, gamma, update: bool = True, epsilon=1e-8, clip=10.0, stats=None,
+                 axis_name: str | None = None):
         super().__init__(venv)
+        self.axis_name = axis_name
         # gamma is kept as given (possibly a tracer): float() would fail inside a traced function.
         if isinstance(gamma, int | float) and not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma!r}.")
@@ -379,7 +397,7 @@ class NormalizeReward(VecEnvWrapper):
         obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
         # The stored return is already zeroed where the previous step ended an episode.
         returns = (state.discounted_return * self.gamma + reward).astype(jnp.float32)
-        stats = state.return_stats.update(returns) if self.update else state.return_stats
+        stats = state.return_stats.update(returns, self.axis_name) if self.update else state.return_stats
         scaled = stats.normalize(reward, epsilon=self.epsilon, clip=self.clip, center=False)
         state = state.replace(
             inner=inner,

@@ -324,6 +324,32 @@ def test_target_kl_stops_an_update_early():
         np.testing.assert_allclose(stopped.metrics[name], one_epoch.metrics[name], rtol=1e-4, atol=1e-7)
 
 
+def test_data_parallel_shards_share_normalizer_statistics():
+    # Shards of one agent see different observations and rewards; the normalisers pool them, so the
+    # shared network sees every shard's inputs scaled alike, and evaluate takes the agent's result.
+    from fusedrl.envs.wrappers import NormalizeObservation, NormalizeReward, find_wrapper_state
+    from fusedrl.sweep import DATA_AXIS, data_parallel_train
+
+    config = PPOConfig(env_id="Pendulum-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,
+                       normalize_reward=True)
+    train = make_train(config.replace(num_envs=2, total_timesteps=2 * 8 * 3), axis_name=DATA_AXIS)
+    per_shard = jax.vmap(train, in_axes=None, axis_size=2, axis_name=DATA_AXIS)
+    shards = jax.jit(per_shard)(jax.random.key(0), train.default_hparams())
+    venv = train.make_env(train.default_hparams())
+    assert not np.array_equal(shards.state.obs[0], shards.state.obs[1])  # the shards' own envs
+    # Samples seen: all 4 envs' (2 per shard) resets and 24 steps' observations, 24 steps' returns.
+    pairs = ((NormalizeObservation, "obs_stats", 4 * 25), (NormalizeReward, "return_stats", 4 * 24))
+    for cls, field, seen in pairs:
+        stats = getattr(find_wrapper_state(venv, shards.state.env_state, cls), field)
+        for x in jax.tree.leaves(stats):
+            np.testing.assert_array_equal(x[0], x[1], err_msg=cls.__name__)
+        np.testing.assert_allclose(stats.count, seen, rtol=1e-5, err_msg=cls.__name__)
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=2)(jax.random.key(0))
+    returns = fusedrl.evaluate(config, agent, jax.random.key(1), num_episodes=2)
+    assert returns.shape == (2,) and np.all(np.isfinite(returns))
+
+
 def test_target_kl_never_reached_changes_nothing_and_the_schedule_follows_updates(small):
     config, _, _, result = small
     np.testing.assert_array_equal(result.metrics["gradient_steps"],

@@ -268,6 +268,23 @@ def test_running_mean_std_matches_numpy_over_all_batches():
     assert stats.mean.dtype == stats.var.dtype == stats.count.dtype == jnp.float32
 
 
+def test_running_mean_std_pools_the_shards_of_a_mapped_axis():
+    # Shards of one agent (data parallelism) merge every shard's batch: each ends with the
+    # statistics of all shards' samples, as one update with the concatenated batch would give.
+    rng = np.random.default_rng(1)
+    batches = [rng.normal(m, s, (3, 5, 2)).astype(np.float32) for m, s in ((1.0, 0.5), (-2.0, 3.0))]
+    start = RunningMeanStd(mean=jnp.array([0.5, -1.0]), var=jnp.array([2.0, 0.5]), count=jnp.float32(7.0))
+    pooled = jax.jit(jax.vmap(lambda s, b: s.update(b, "shards"), in_axes=(None, 0), axis_name="shards"))
+    for b in batches:  # [3 shards, 5 samples, 2]
+        start_all = start.update(b.reshape(15, 2))
+        stats = pooled(start, b)
+        for i in range(3):
+            np.testing.assert_allclose(stats.mean[i], start_all.mean, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(stats.var[i], start_all.var, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(stats.count[i], start.count + 15, rtol=1e-7)
+        start = start_all
+
+
 def test_running_mean_std_rejects_wrong_batch_shape():
     with pytest.raises(ValueError, match=r"\[B >= 1, \*\(3,\)\]"):
         RunningMeanStd.create((3,)).update(jnp.zeros((4, 2)))

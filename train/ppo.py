@@ -115,7 +115,8 @@ class PPO:
       axis_name: data parallelism (`fusedrl.sweep.data_parallel_train`): the name of a mapped axis
         (`shard_map`/`vmap`) over which shards of one agent run. Each shard steps its own envs with
         its own randomness; gradients and advantage-normalisation statistics are averaged over the
-        axis (`lax.pmean`), so parameters stay identical on every shard. None: a plain agent.
+        axis (`lax.pmean`), and the observation and reward normalisers pool the shards' samples, so
+        parameters and normaliser statistics stay identical on every shard. None: a plain agent.
     """
 
     def __init__(
@@ -170,9 +171,10 @@ class PPO:
         if not self.discrete:
             venv = W.ClipAction(venv)
         if c.normalize_reward and training:
-            venv = W.NormalizeReward(venv, gamma=hparams.gamma)
+            venv = W.NormalizeReward(venv, gamma=hparams.gamma, axis_name=self.axis_name)
         if c.normalize_obs:
-            venv = W.NormalizeObservation(venv, update=training, stats=obs_stats)
+            axis_name = self.axis_name if training else None
+            venv = W.NormalizeObservation(venv, update=training, stats=obs_stats, axis_name=axis_name)
         return venv
 
     def obs_stats(self, state: RunnerState, hparams: Hyperparams | None = None):

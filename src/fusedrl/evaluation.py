@@ -46,8 +46,14 @@ def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
 def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool):
     """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
     config = trainer.config
-    single = jax.eval_shape(trainer.init, jax.random.key(0)).params
+    single_state = jax.eval_shape(trainer.init, jax.random.key(0))
+    single = single_state.params
     leaf, ref = jax.tree.leaves(result.params)[0], jax.tree.leaves(single)[0]
+    if leaf.ndim == ref.ndim and result.state.obs.ndim == single_state.obs.ndim + 1:
+        # `data_parallel_train`'s result: one agent, per-shard envs whose normaliser statistics are
+        # pooled over the shards, hence equal: any shard's will do.
+        shard0 = jax.tree.map(lambda x: x[0], result.state.env_state)
+        result = result.replace(state=result.state.replace(env_state=shard0))
     if leaf.ndim == ref.ndim + 1:
         keys = jax.random.split(key, leaf.shape[0])
         return jax.vmap(lambda r, k: _evaluate(trainer, r, k, num_episodes, greedy))(result, keys)
