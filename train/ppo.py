@@ -88,7 +88,13 @@ class RunnerState:
 
 @struct.dataclass
 class TrainResult:
-    """Final state of a run and its per-update metrics (each metric [num_updates])."""
+    """Final state of a run and its per-update metrics (each metric [num_updates]).
+
+    `episode_return` and `episode_length` are means over the episodes that completed during the
+    update (`episodes_completed`); an update in which none did repeats the latest update that had
+    one, and updates before the first completed episode report 0.0, marked by `episode_length` 0
+    (a completed episode has length >= 1). Never NaN.
+    """
 
     state: RunnerState
     metrics: dict[str, jax.Array]
@@ -410,7 +416,8 @@ class PPO:
         )
 
         # Episode statistics over the episodes that completed during this update. When none did,
-        # report the latest update that had one (episodes_completed = 0 says so), never NaN.
+        # report the latest update that had one (episodes_completed = 0 says so), never NaN; before
+        # the first, 0.0 with episode_length 0, which no completed episode has.
         n_done = traj.episode_done.sum()
         has = n_done > 0
         denom = jnp.maximum(n_done, 1).astype(jnp.float32)

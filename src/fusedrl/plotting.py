@@ -22,12 +22,16 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
         statistics (default: 1/50 of the run; 1 plots the raw values).
 
     The band spans the lowest to the highest seed at each update, the darker band mean +- std, and
-    every seed is drawn as a thin line, so one failing seed stays visible.
+    every seed is drawn as a thin line, so one failing seed stays visible. Episode statistics start
+    at a seed's first completed episode: before it, the trainer reports 0.0 (`episode_length` 0),
+    which is no episode's return, so those updates are left out.
     """
     from matplotlib.figure import Figure
 
     y = np.asarray(metrics[metric], np.float64)
     x = np.asarray(metrics["env_steps"], np.float64)
+    if metric in ("episode_return", "episode_length") and "episode_length" in metrics:
+        y = np.where(np.asarray(metrics["episode_length"]) > 0, y, np.nan)
     if y.ndim == 1:
         y, x = y[None], x[None]
     x = x[0]
@@ -37,9 +41,9 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
         y = _moving_average(y, window)
     fig = Figure(figsize=(6.4, 3.8), dpi=100)
     ax = fig.add_subplot()
-    mean, std = y.mean(0), y.std(0)
+    mean, std, low, high = _seed_statistics(y)
     if y.shape[0] > 1:
-        ax.fill_between(x, y.min(0), y.max(0), color="C0", alpha=0.15, linewidth=0,
+        ax.fill_between(x, low, high, color="C0", alpha=0.15, linewidth=0,
                         label="min-max over seeds")
         ax.fill_between(x, mean - std, mean + std, color="C0", alpha=0.3, linewidth=0, label="mean +- std")
         for seed_curve in y:
@@ -61,12 +65,34 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
 
 
 def _moving_average(y: np.ndarray, window: int) -> np.ndarray:
-    """Trailing mean over the last `window` updates (fewer at the start), along the last axis."""
-    c = np.cumsum(y, axis=-1)
-    out = c.copy()
-    out[..., window:] = c[..., window:] - c[..., :-window]
-    counts = np.minimum(np.arange(1, y.shape[-1] + 1), window)
-    return out / counts
+    """Trailing mean over the last `window` updates (fewer at the start), along the last axis.
+
+    NaN entries (no value) are left out of the means; a window of only NaN gives NaN.
+    """
+
+    def trailing_sum(v):
+        c = np.cumsum(v, axis=-1)
+        c[..., window:] = c[..., window:] - c[..., :-window]
+        return c
+
+    known = ~np.isnan(y)
+    total, counts = trailing_sum(np.where(known, y, 0.0)), trailing_sum(known.astype(np.float64))
+    return np.divide(total, counts, out=np.full_like(total, np.nan), where=counts > 0)
+
+
+def _seed_statistics(y: np.ndarray):
+    """Mean, std, min and max over seeds (axis 0) of the seeds that have a value (not NaN);
+    NaN where none has."""
+    known = ~np.isnan(y)
+    n = known.sum(0)
+    has = n > 0
+    safe_n = np.maximum(n, 1)
+    mean = np.where(has, np.where(known, y, 0.0).sum(0) / safe_n, np.nan)
+    var = np.where(known, (y - mean) ** 2, 0.0).sum(0) / safe_n
+    std = np.where(has, np.sqrt(var), np.nan)
+    low = np.where(has, np.where(known, y, np.inf).min(0), np.nan)
+    high = np.where(has, np.where(known, y, -np.inf).max(0), np.nan)
+    return mean, std, low, high
 
 
 def plot_learning_curve(metrics: Mapping[str, np.ndarray], path: str | os.PathLike | None = None, **kwargs):

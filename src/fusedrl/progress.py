@@ -227,9 +227,11 @@ class ProgressBar:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         steps = update * self.batch_size
         sps = steps * self.num_seeds / elapsed
-        ret = float(np.mean([r["episode_return"] for r in rows]))
+        # Seeds before their first completed episode report 0.0 with episode_length 0: no return.
+        known = [r["episode_return"] for r in rows if r.get("episode_length", 1) > 0]
+        ret = f"{float(np.mean(known)):.1f}" if known else "n/a"
         seeds = f" x{self.num_seeds}" if self.num_seeds > 1 else ""
-        return f"{_si(steps)} steps{seeds}  {_si(sps)} SPS  return {ret:.1f}"
+        return f"{_si(steps)} steps{seeds}  {_si(sps)} SPS  return {ret}"
 
     def log(self, update: int, rows: Sequence[dict[str, float]]) -> None:
         text = self.info(update, rows)

@@ -1,0 +1,53 @@
+"""Learning curves and the progress line: episode statistics start at the first completed episode."""
+
+import io
+
+import numpy as np
+import pytest
+
+from fusedrl.plotting import _moving_average, curve_figure
+from fusedrl.progress import ProgressBar
+
+
+def test_moving_average_leaves_out_missing_values():
+    y = np.array([[np.nan, np.nan, 1.0, 3.0, 5.0, np.nan, 7.0]])
+    expected = [np.nan, np.nan, 1.0, 2.0, 3.0, 4.0, 6.0]  # window 3: the known values among the last 3
+    np.testing.assert_allclose(_moving_average(y, 3)[0], expected)
+    full = np.arange(10.0)[None]
+    np.testing.assert_allclose(_moving_average(full, 4)[0],
+                               [np.mean(full[0, max(0, i - 3):i + 1]) for i in range(10)])
+
+
+def test_curve_starts_at_each_seeds_first_completed_episode():
+    # MountainCar-like: returns near -200 once episodes end; before that the trainer reports 0.0
+    # with episode_length 0, which must not be drawn as a return of 0.
+    length = np.array([[0, 0, 200, 200, 200, 200], [0, 0, 0, 0, 200, 190]])
+    ret = np.where(length > 0, -200.0, 0.0) + np.array([[0, 0, 0, 1, 2, 3], [0, 0, 0, 0, 0, 10]])
+    metrics = {"episode_return": ret, "episode_length": length,
+               "env_steps": np.tile(np.arange(1, 7) * 100, (2, 1))}
+    fig = curve_figure(metrics, smooth=1)
+    mean = fig.axes[0].lines[-1].get_ydata()
+    np.testing.assert_allclose(mean, [np.nan, np.nan, -200.0, -199.0, -199.0, -193.5])
+    seeds = [line.get_ydata() for line in fig.axes[0].lines[:2]]
+    np.testing.assert_allclose(seeds[1], [np.nan] * 4 + [-200.0, -190.0])
+    one = curve_figure({k: v[0] for k, v in metrics.items()}, smooth=2)  # one seed, smoothed
+    np.testing.assert_allclose(one.axes[0].lines[-1].get_ydata(),
+                               [np.nan, np.nan, -200.0, -199.5, -198.5, -197.5])
+
+
+@pytest.mark.parametrize(
+    "rows, shown",
+    [
+        ([{"episode_return": 0.0, "episode_length": 0}] * 2, "return n/a"),
+        ([{"episode_return": 0.0, "episode_length": 0}, {"episode_return": -180.0, "episode_length": 180}],
+         "return -180.0"),
+        ([{"episode_return": 10.0, "episode_length": 10}, {"episode_return": 20.0, "episode_length": 20}],
+         "return 15.0"),
+    ],
+)
+def test_progress_line_shows_returns_of_seeds_with_a_completed_episode(rows, shown):
+    bar = ProgressBar(10, 64, len(rows), file=io.StringIO())
+    try:
+        assert bar.info(1, rows).endswith(shown), bar.info(1, rows)
+    finally:
+        bar.close()
