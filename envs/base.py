@@ -94,6 +94,46 @@ def check_action(space, action, env_name: str, batch_shape: tuple[int, ...] = ()
     return action if dtype is None else action.astype(dtype)
 
 
+def check_output_shape(env, method: str, field: str, value, expected, fix: str) -> None:
+    """Checks at trace time (static shapes, no runtime cost) one output of a single env's `method`,
+    batched by `jax.vmap`: `value` [B, *expected]. The error names the env class, the method, the
+    field, the shape got and expected, and `fix`.
+    """
+    if not hasattr(value, "shape"):  # a pytree observation: nothing to compare with a space's shape
+        return
+    got, expected = tuple(value.shape[1:]), tuple(expected)
+    if got != expected:
+        raise ValueError(
+            f"{type(env).__name__}.{method} returned {field} of shape {got} per env, expected {expected}; "
+            f"{fix}."
+        )
+
+
+def check_observation(env, params, method: str, obs) -> None:
+    """Checks a batch of observations [B, ...] from `method` against `observation_space(params)`.
+
+    Only the shape: the dtype is cast to float32 by the networks, and gymnax's own envs disagree
+    with their spaces' dtypes (Catch-bsuite: int32 space, float32 observations).
+    """
+    try:
+        space = env.observation_space(params)
+    except NotImplementedError:  # gymnax's default: VecEnv itself needs no spaces
+        return
+    if not hasattr(space, "shape"):  # e.g. a gymnax Dict space
+        return
+    fix = (
+        f"return observations of observation_space(params).shape from reset_env and step_env, or make "
+        f"observation_space(params) ({type(space).__name__}) describe them"
+    )
+    check_output_shape(env, method, "observation", obs, space.shape, fix)
+
+
+def check_scalar_output(env, method: str, field: str, value) -> None:
+    """Checks that `method` returned one scalar `field` per env (batched: [B])."""
+    fix = f"return one scalar {field} per env (shape ()), e.g. {field}.squeeze() for shape (1,)"
+    check_output_shape(env, method, field, jnp.asarray(value), (), fix)
+
+
 def space_info(space) -> dict[str, Any]:
     """A plain description of a gymnax space, for listings and error messages."""
     if isinstance(space, spaces.Discrete):

@@ -27,7 +27,13 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fusedrl.envs.base import check_action, check_params, tree_select
+from fusedrl.envs.base import (
+    check_action,
+    check_observation,
+    check_params,
+    check_scalar_output,
+    tree_select,
+)
 
 
 @struct.dataclass
@@ -64,7 +70,10 @@ class VecEnv:
     """`num_envs` copies of a gymnax-contract environment stepped as one batch.
 
     Works for any environment with gymnax's `step_env`/`reset_env`/`is_truncated` (ours and
-    gymnax's). The key lives in the state, so `step` takes none.
+    gymnax's). The key lives in the state, so `step` takes none. What the env returns is checked at
+    trace time (static shapes, no runtime cost): observations of `observation_space(params).shape`
+    (when the env defines one), scalar reward/terminated/truncated per env, and observations of one
+    dtype from `reset_env` and `step_env`.
 
     Args:
       env: the environment (static).
@@ -79,7 +88,9 @@ class VecEnv:
 
     def _reset_batch(self, key, params, size=None):
         keys = jax.random.split(key, self.num_envs if size is None else size)
-        return jax.vmap(self.env.reset_env, in_axes=(0, None))(keys, params)
+        obs, state = jax.vmap(self.env.reset_env, in_axes=(0, None))(keys, params)
+        check_observation(self.env, params, "reset_env", obs)
+        return obs, state
 
     def reset(self, key: jax.Array, params=None) -> tuple[Any, VecEnvState]:
         """Returns observations [N, *obs_shape] and the batched state."""
@@ -142,6 +153,7 @@ class VecEnv:
                 step_keys, state.env_state, action, params
             )
         truncated = jax.vmap(env.is_truncated, in_axes=(0, None))(env_state, params)
+        _check_step_outputs(env, params, obs_st, reward, terminated, truncated, state.pool_obs)
         terminated = jnp.asarray(terminated, bool)
         # As in Gymnasium, both flags can be set on the same step; learners treat that as terminal.
         truncated = jnp.asarray(truncated, bool)
@@ -173,6 +185,27 @@ class VecEnv:
         env_state = tree_select(done, pool_state, env_state)
         new_state = VecEnvState(env_state, pool_obs, pool_state, fresh & ~done, key)
         return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
+
+
+def _check_step_outputs(env, params, obs, reward, terminated, truncated, reset_obs):
+    """Trace-time checks of one batched `step_env` (and `is_truncated`): wrong shapes from a custom
+    env otherwise surface later as opaque scan-carry or broadcasting errors, or not at all."""
+    check_observation(env, params, "step_env", obs)
+    check_scalar_output(env, "step_env", "reward", reward)
+    check_scalar_output(env, "step_env", "terminated", terminated)
+    check_scalar_output(env, "is_truncated", "truncated", truncated)
+    leaves, reset_leaves = jax.tree.leaves(obs), jax.tree.leaves(reset_obs)
+    dtypes = [x.dtype for x in leaves]
+    if len(leaves) == len(reset_leaves) and dtypes != [x.dtype for x in reset_leaves]:
+        raise TypeError(
+            f"{type(env).__name__}.step_env returned observation of dtype {_dtypes(dtypes)}, but reset_env "
+            f"{_dtypes([x.dtype for x in reset_leaves])}; return the same dtype from both (e.g. "
+            f".astype(jnp.float32) in get_obs)."
+        )
+
+
+def _dtypes(dtypes) -> str:
+    return str(dtypes[0]) if len(dtypes) == 1 else str([str(d) for d in dtypes])
 
 
 def _check_draws(draws, num_envs: int):

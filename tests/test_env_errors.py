@@ -156,3 +156,129 @@ def test_vecenv_needs_a_positive_number_of_envs():
     env, _ = fusedrl.make("CartPole-v1")
     with pytest.raises(ValueError, match="num_envs must be a positive integer"):
         VecEnv(env, 0)
+
+
+# Wrong shapes from a custom env --------------------------------------------------------------------
+# VecEnv checks what the single env's reset_env / step_env / is_truncated return, at trace time.
+class ThreeObs(fusedrl.envs.CartPole):
+    """Observations of 3 values while observation_space(params).shape is (4,)."""
+
+    def get_obs(self, state, params=None, key=None):
+        return jnp.stack([state.x, state.x_dot, state.theta]).astype(jnp.float32)
+
+
+class StepObs(fusedrl.envs.CartPole):
+    """Right observations from reset_env, 3 values from step_env."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs[:3], state, reward, terminated, info
+
+
+def _step_output(field, value):
+    """A CartPole whose step_env (or is_truncated) returns `value(x)` instead of its `field` x."""
+    outputs = ("obs", "state", "reward", "terminated", "info")  # step_env's, in order
+
+    class Env(fusedrl.envs.CartPole):
+        def step_env(self, key, state, action, params):
+            out = list(super().step_env(key, state, action, params))
+            if field in outputs:
+                out[outputs.index(field)] = value(out[outputs.index(field)])
+            return tuple(out)
+
+        def is_truncated(self, state, params):
+            truncated = super().is_truncated(state, params)
+            return value(truncated) if field == "truncated" else truncated
+
+    Env.__name__ = f"Bad_{field}"
+    return Env()
+
+
+def _vec_calls(env, params):
+    """Every VecEnv entry that runs the single env, traced abstractly (compiles nothing)."""
+    vec = VecEnv(env, NUM_ENVS)
+    good_vec = VecEnv(fusedrl.envs.CartPole(), NUM_ENVS) if isinstance(env, fusedrl.envs.CartPole) else vec
+    space = env.action_space(params)
+    action = np.zeros((NUM_ENVS, *space.shape), space.dtype)
+    draws_shape = jax.eval_shape(lambda k: good_vec.predraw(k, params, 2), jax.random.key(0))
+    return {
+        "reset": lambda: jax.eval_shape(vec.reset, jax.random.key(0), params),
+        "predraw": lambda: jax.eval_shape(lambda k: vec.predraw(k, params, 2), jax.random.key(0)),
+        "step": lambda: jax.eval_shape(lambda s: vec.step(s, action, params), _vec_state(good_vec, params)),
+        "step with draws": lambda: jax.eval_shape(
+            lambda s, d: vec.step(s, action, params, d[0]), _vec_state(good_vec, params), draws_shape
+        ),
+    }
+
+
+@pytest.mark.parametrize("call", ["reset", "predraw", "step", "step with draws"])
+def test_observation_of_the_wrong_shape_names_env_method_and_fix(call):
+    _, params = fusedrl.make("CartPole-v1")
+    env, method = (ThreeObs(), "reset_env") if call in ("reset", "predraw") else (StepObs(), "step_env")
+    expected = f"{type(env).__name__}.{method} returned observation of shape (3,) per env, expected (4,)"
+    with pytest.raises(ValueError, match=re.escape(expected) + ".*observation_space"):
+        _vec_calls(env, params)[call]()
+
+
+@pytest.mark.parametrize(
+    "field, value, shape",
+    [
+        ("reward", lambda r: jnp.ones((1,), jnp.float32), (1,)),
+        ("reward", lambda r: jnp.ones((2,), jnp.float32), (2,)),
+        ("terminated", lambda t: t[None], (1,)),
+        ("truncated", lambda t: jnp.stack([t, t]), (2,)),
+    ],
+    ids=["reward(1,)", "reward(2,)", "terminated(1,)", "truncated(2,)"],
+)
+@pytest.mark.parametrize("call", ["step", "step with draws"])
+def test_non_scalar_reward_or_flags_name_the_field(call, field, value, shape):
+    env = _step_output(field, value)
+    _, params = fusedrl.make("CartPole-v1")
+    method = "is_truncated" if field == "truncated" else "step_env"
+    expected = f"Bad_{field}.{method} returned {field} of shape {shape} per env, expected ()"
+    with pytest.raises(ValueError, match=re.escape(expected) + ".*one scalar"):
+        _vec_calls(env, params)[call]()
+
+
+def test_observation_dtype_of_step_must_match_reset():
+    env = _step_output("obs", lambda o: o.astype(jnp.int32))
+    _, params = fusedrl.make("CartPole-v1")
+    with pytest.raises(
+        TypeError,
+        match=re.escape("Bad_obs.step_env returned observation of dtype int32, but reset_env float32"),
+    ):
+        _vec_calls(env, params)["step"]()
+
+
+def test_training_a_registered_env_with_wrong_shapes_fails_at_trace_time(monkeypatch):
+    """The trainer steps through VecEnv, so the error comes before anything is compiled."""
+    monkeypatch.setitem(fusedrl.envs.registry._REGISTRY, "ThreeObs-v0", ThreeObs)
+    config = fusedrl.PPOConfig(
+        env_id="ThreeObs-v0",
+        num_envs=NUM_ENVS,
+        num_steps=4,
+        total_timesteps=16,
+        update_epochs=1,
+        num_minibatches=1,
+        hidden_sizes=(8,),
+    )
+    with pytest.raises(ValueError, match=re.escape("ThreeObs.reset_env returned observation of shape (3,)")):
+        jax.eval_shape(fusedrl.make_train(config), jax.random.key(0))
+
+
+@pytest.mark.parametrize(
+    "env_id",
+    [
+        *OUR_IDS,
+        "gymnax:Breakout-MinAtar",
+        "gymnax:SpaceInvaders-MinAtar",
+        "gymnax:Catch-bsuite",
+        "gymnax:FourRooms-misc",
+    ],
+)
+def test_shape_checks_accept_our_envs_and_gymnax_envs(env_id):
+    """Catch-bsuite's observations are float32 in an int32 space, FourRooms' int32 in a float32 one:
+    only shapes are checked against the space."""
+    env, params = fusedrl.make(env_id)
+    for call in _vec_calls(env, params).values():
+        call()
