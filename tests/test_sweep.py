@@ -100,6 +100,37 @@ def test_isel_sel_and_hparams(swept):
         r.sel(gamma=0.99)
 
 
+def test_selecting_several_seeds_keeps_the_axis_and_the_keys(swept):
+    """Lists, slices and arrays of seeds select like any other dim, and the kept runs' metrics,
+    parameters and seed keys are the originals' (JAX rejects a list as an index of the keys)."""
+    _, r, _ = swept
+
+    def key_data(keys):
+        return np.asarray(jax.random.key_data(keys))
+
+    for part, order in [
+        (r.sel(seed=[1, 0]), [1, 0]),
+        (r.isel(seed=slice(0, 2)), [0, 1]),
+        (r.isel(seed=[1]), [1]),
+        (r.isel(seed=np.array([1, 0])), [1, 0]),
+        (r.sel(seed=[1], lr=[1e-3, 1e-4]).isel(lr=slice(None, None, -1)), [1]),
+    ]:
+        assert part.dims == ("seed", "lr") and part.shape[0] == len(order)
+        np.testing.assert_array_equal(part.axes["seed"], order)
+        np.testing.assert_array_equal(key_data(part.seed_keys), key_data(r.seed_keys)[order])
+        lrs = [int(np.flatnonzero(r.axes["lr"] == v)[0]) for v in part.axes["lr"]]
+        pick = np.ix_(order, lrs)
+        np.testing.assert_array_equal(part.metrics["policy_loss"], r.metrics["policy_loss"][pick])
+        for a, b in zip(jax.tree.leaves(part.result.params), jax.tree.leaves(r.result.params), strict=True):
+            np.testing.assert_array_equal(a, np.asarray(b)[pick])
+        # Each kept seed index i still names the run of seed_keys[i]: selecting it again agrees.
+        for i, seed in enumerate(order):
+            np.testing.assert_array_equal(key_data(part.isel(seed=i).seed_keys), key_data(r.seed_keys[seed]))
+    assert r.isel(seed=np.int64(1)).dims == ("lr",) and r.isel(seed=np.array(1)).dims == ("lr",)
+    with pytest.raises(TypeError):
+        r.isel(seed=1.0)
+
+
 # ------------------------------------------------------------------------------ tidy tables
 def _synthetic(mode="grid"):
     """A SweepResult with known curves (no training): 2 seeds x 2 lrs x 20 updates."""

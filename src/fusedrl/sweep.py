@@ -55,6 +55,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -144,8 +145,8 @@ class SweepResult:
         return self.dims.index(dim)
 
     # ---------------------------------------------------------------------------- selection
-    def isel(self, **indices: int | Sequence[int] | slice) -> SweepResult:
-        """Selects by position along dims: an int drops the dim, a list or slice keeps it."""
+    def isel(self, **indices: int | Sequence[int] | np.ndarray | slice) -> SweepResult:
+        """Selects by position along dims: an int drops the dim, a list, 1-D array or slice keeps it."""
         out = self
         for dim, idx in indices.items():
             out = out._take(out.axis(dim), idx)
@@ -190,17 +191,16 @@ class SweepResult:
 
     def _take(self, ax: int, idx) -> SweepResult:
         dim = self.dims[ax]
-        if isinstance(idx, slice):
-            idx = list(range(len(self.axes[dim])))[idx]
-        keep = not isinstance(idx, int | np.integer)
-        index = (slice(None),) * ax + (idx if keep else int(idx),)
+        idx = _positions(idx, len(self.axes[dim]))
+        keep = isinstance(idx, np.ndarray)
+        index = (slice(None),) * ax + (idx,)
 
         def take(x):
             return x[index]
 
         dims = self.dims if keep else self.dims[:ax] + self.dims[ax + 1 :]
         axes = {d: (take_1d(c, idx) if d == dim else c) for d, c in self.axes.items() if keep or d != dim}
-        seed_keys = self.seed_keys[idx if keep else int(idx)] if dim == "seed" else self.seed_keys
+        seed_keys = self.seed_keys[idx] if dim == "seed" else self.seed_keys
         return dataclasses.replace(
             self,
             dims=dims,
@@ -315,6 +315,26 @@ class SweepResult:
     def __repr__(self) -> str:
         sizes = ", ".join(f"{d}={len(self.axes[d])}" for d in self.dims)
         return f"SweepResult({self.config.env_id}, {self.mode}, {sizes}, {self.num_runs} runs)"
+
+
+def _positions(idx, size: int) -> int | np.ndarray:
+    """A selector along a dim of `size` as an int (drops the dim) or a 1-D int array (keeps it).
+
+    Slices, lists, tuples and arrays become a numpy int array: numpy, JAX and JAX key arrays (the
+    seed keys) all index by it alike, whereas JAX rejects a Python list as an index.
+    """
+    if isinstance(idx, slice):
+        return np.arange(size)[idx]
+    if np.ndim(idx) == 0:
+        return operator.index(idx)  # ints, numpy ints and 0-d int arrays; a float is a TypeError
+    pos = np.asarray(idx)
+    if pos.dtype == np.bool_:  # a mask, as in numpy
+        if pos.shape != (size,):
+            raise IndexError(f"a boolean selector needs shape ({size},), got {pos.shape}.")
+        return np.flatnonzero(pos)
+    if pos.ndim != 1 or (pos.size and not np.issubdtype(pos.dtype, np.integer)):
+        raise IndexError(f"positions must be an int, a slice or a 1-D list of ints, got {idx!r}.")
+    return pos.astype(int)
 
 
 def take_1d(coord: np.ndarray, idx) -> np.ndarray:
