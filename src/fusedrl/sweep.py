@@ -834,19 +834,21 @@ def data_parallel_train(
     Each of `num_shards` shards steps `num_envs // num_shards` envs with its own randomness and
     learns on its part of every minibatch; gradients (and the advantage-normalisation statistics of
     each minibatch) are averaged over the shards with `lax.pmean`, so the parameters stay equal on
-    every shard. With as many shards as devices it is a `shard_map` over a one-axis `Mesh`; on one
-    device (`devices=[d]`, `num_shards=N`) the same N-shard program runs as a `vmap` with an axis
-    name, which is how the multi-device result is checked. num_updates, minibatch count and the
-    learning-rate schedule are those of `config`; each minibatch is the union of the shards' local
-    minibatches (stratified across shards), so the run is a valid PPO run but not the same random
-    run as `make_train(config)`.
+    every shard, and the observation and reward normalisers pool every shard's samples, so their
+    statistics do too. With as many shards as devices it is a `shard_map` over a one-axis `Mesh`;
+    on one device (`devices=[d]`, `num_shards=N`) the same N-shard program runs as a `vmap` with an
+    axis name, which is how the multi-device result is checked. num_updates, minibatch count and
+    the learning-rate schedule are those of `config`; each minibatch is the union of the shards'
+    local minibatches (stratified across shards), so the run is a valid PPO run but not the same
+    random run as `make_train(config)`.
 
     Returns a jitted function. Its `TrainResult` holds one copy of `params`/`opt_state` (shard 0's;
     every shard holds the same) and the per-shard env state, observations and key with a leading
-    [num_shards] axis. Metrics are [num_updates] for the whole agent: `env_steps` and
-    `episodes_completed` are totals, episode returns/lengths are averaged over the episodes of all
-    shards, the loss statistics are the means over shards (exactly the global minibatch means,
-    the shards being equal in size); `explained_variance` is the mean of the shards' values.
+    [num_shards] axis (`fusedrl.evaluate` takes it as it is). Metrics are [num_updates] for the
+    whole agent: `env_steps` and `episodes_completed` are totals, episode returns/lengths are
+    averaged over the episodes of all shards, the loss statistics are the means over shards
+    (exactly the global minibatch means, the shards being equal in size); `explained_variance` is
+    the mean of the shards' values.
 
     Each `pmean` waits for every shard. XLA:CPU (e.g. with `--xla_force_host_platform_device_count`)
     aborts the process when one waits more than 40 s; on a heavily loaded machine raise that with
