@@ -170,6 +170,59 @@ def test_truncation_keeps_the_final_observation_and_is_not_termination():
     assert np.all(np.abs(next_obs[4] - obs[5]).max(axis=-1) > 0)
 
 
+# -------------------------------------------------------------------------- the CLI
+def _cli(*argv):
+    import contextlib
+    import io
+
+    from fusedrl import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+TINY_ARGS = ["--set", "num_envs=2", "--set", "num_steps=16", "--total-timesteps", "96",
+             "--set", "update_epochs=1", "--set", "num_minibatches=2", "--set", "hidden_sizes=8",
+             "--set", "normalize_obs=true", "--eval-episodes", "3", "--progress-every", "1"]
+
+
+def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
+    """`fusedrl train --env gymnasium:...` (README): one seed, the whole run folder, and a default
+    `fusedrl evaluate` that reproduces the summary's greedy returns."""
+    import csv
+    import json
+
+    run_dir = tmp_path / "run"
+    code, out, err = _cli("train", "--env", CARTPOLE, *TINY_ARGS, "--out", run_dir)
+    assert code == 0, err
+    assert "host bridge" in err and "update 3/3" in err  # the header and the progress lines
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == ["checkpoint", "config.json", "learning_curve.png", "metrics.csv", "summary.json"]
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(int(r["update"]), int(r["seed"])) for r in rows] == [(1, 0), (2, 0), (3, 0)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["mode"] == "bridge"
+    assert summary["num_updates"] == 3 and len(summary["eval_return_per_seed"]) == 1
+    assert f"{summary['eval_return_mean']:.1f}" in out and "compile included" in out
+    code, out, err = _cli("evaluate", run_dir)
+    assert code == 0, err
+    assert f"mean      {summary['eval_return_mean']:10.1f}" in out, (summary, out)
+
+
+def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):
+    code, _, err = _cli("train", "--env", CARTPOLE, *TINY_ARGS, "--num-seeds", "2", "--out", tmp_path / "r")
+    assert code == 2, err
+    assert "--num-seeds" in err and "must be 1" in err and "--seed S" in err and "'CartPole-v1'" in err
+    assert not (tmp_path / "r").exists()
+    from fusedrl import runs
+
+    with pytest.raises(ValueError, match="num_seeds"):
+        runs.train_run(PPOConfig(**TINY), num_seeds=2)
+
+
 # The rl-zoo CartPole settings (8 envs x 32 steps, 20 epochs of one 256-sample minibatch, lr 1e-3
 # annealed, gamma 0.98, lambda 0.8, no entropy bonus), 100k env steps: ~25-60 s on the shared 2-core
 # CPU. Measured with keys 0..3: every greedy episode returned 500 (16 episodes per seed).

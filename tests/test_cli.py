@@ -197,6 +197,34 @@ def test_evaluate_command(trained):
     assert code == 2 and "config.json is missing" in err
 
 
+def test_default_evaluate_reproduces_the_summary(trained):
+    *_, run_dir, _, _ = trained
+    summary = json.loads((run_dir / "summary.json").read_text())
+    code, out, err = run_cli("evaluate", run_dir)
+    assert code == 0, err
+    assert f"over {summary['eval_episodes']} episodes per seed" in out
+    for i, r in enumerate(summary["eval_return_per_seed"]):
+        assert f"seed {i:>3}  {r:10.1f}" in out, (r, out)
+    assert f"mean      {summary['eval_return_mean']:10.1f}" in out, out
+    assert summary["eval_seed"] == summary["seed"] + 1
+    got = runs.evaluate_run(run_dir)
+    np.testing.assert_allclose(got["per_seed"], summary["eval_return_per_seed"], atol=1e-3)
+
+
+def test_evaluate_names_the_bad_field_of_config_json(trained, tmp_path):
+    import shutil
+
+    *_, run_dir, _, _ = trained
+    bad = tmp_path / "bad"
+    shutil.copytree(run_dir, bad)
+    doc = json.loads((bad / "config.json").read_text())
+    doc["ppo"]["num_envs"] = "four"
+    (bad / "config.json").write_text(json.dumps(doc))
+    code, _, err = run_cli("evaluate", bad)
+    assert code == 2 and str(bad / "config.json") in err and "num_envs must be an int" in err, err
+    assert "Traceback" not in err
+
+
 def test_load_policy_single_batch_and_seed(trained):
     config, run, _, run_dir, *_ = trained
     obs = np.asarray(jax.random.normal(jax.random.key(0), (5, 4)) * 0.05, np.float32)
@@ -222,11 +250,16 @@ def test_load_policy_single_batch_and_seed(trained):
     "argv, words",
     [
         (["--env", "CartPol-v1"], ["Unknown environment id 'CartPol-v1'", "CartPole-v1"]),
-        (["--env", "CartPole-v1", "--set", "lrr=1e-3"], ["no field 'lrr'", "Did you mean 'lr'"]),
+        (["--env", "CartPole-v1", "--set", "lrr=1e-3"], ["unknown field 'lrr'", "Did you mean 'lr'"]),
         (["--env", "CartPole-v1", "--set", "num_envs=four"], ["num_envs expects an integer", "'four'"]),
         (["--env", "CartPole-v1", "--set", "normalize_obs=maybe"], ["normalize_obs expects true or false"]),
         (["--env", "CartPole-v1", "--set", "lr=fast"], ["lr expects a number"]),
-        (["--env", "CartPole-v1", "--set", "hidden_sizes=64,x"], ["hidden_sizes expects an integer"]),
+        (["--env", "CartPole-v1", "--set", "hidden_sizes=64,x"],
+         ["--set hidden_sizes=64,x:", "hidden_sizes expects an integer per layer", "'64,x'"]),
+        (["--env", "CartPole-v1", "--set", "env_params.gravity=abc"],
+         ["--set env_params.gravity=abc", "gravity expects a number", "'abc'"]),
+        (["--env", "CartPole-v1", "--set", "total_timesteps=2048", "--total-timesteps", "4096"],
+         ["--set total_timesteps=2048 conflicts with --total-timesteps 4096"]),
         (["--env", "CartPole-v1", "--set", "gamma=1.5"], ["gamma must be in (0, 1]"]),
         (["--env", "CartPole-v1", "--set", "lr"], ["FIELD=VALUE"]),
         (["--env", "CartPole-v1", "--set", "target_kl=small"], ["target_kl expects a number"]),
@@ -250,6 +283,60 @@ def test_set_parses_optional_numbers():
     parsed = parse_overrides(["target_kl=0.02", "log_std_init=-0.5"])
     assert parsed == {"target_kl": 0.02, "log_std_init": -0.5}
     assert parse_overrides(["target_kl=none"]) == {"target_kl": None}
+
+
+def test_flat_config_file_without_env_id_says_so(tmp_path):
+    flat = tmp_path / "flat.json"
+    flat.write_text('{"lr": 0.001}')
+    code, _, err = run_cli("train", "--config", flat, "--out", tmp_path / "run")
+    assert code == 2 and f"config file {flat} has no env_id" in err and "--env" in err
+    assert not (tmp_path / "run").exists()
+
+
+SWEEP_SETTINGS = ["--set", "target_kl=none", "--set", "normalize_obs=on", "--set", "hidden_sizes=16,16",
+                  "--set", "gravity=12", "--set", "env_params.max_steps_in_episode=1e2"]
+
+
+def test_train_and_sweep_parse_set_alike():
+    from fusedrl import sweep_cli
+
+    train_args = cli.build_parser().parse_args(["train", "--env", "CartPole-v1", *SWEEP_SETTINGS])
+    sweep_args = cli.build_parser().parse_args(["sweep", "--env", "CartPole-v1", *SWEEP_SETTINGS])
+    config, _ = cli.resolve(train_args)
+    assert sweep_cli.build_config(sweep_args) == config
+    assert config.target_kl is None and config.normalize_obs and config.hidden_sizes == (16, 16)
+    assert dict(config.env_params) == {"gravity": 12.0, "max_steps_in_episode": 100}
+    assert isinstance(config.env_params["gravity"], float)  # typed like the env's default
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--set", "masspole=abc"], ["--set masspole=abc", "masspole expects a number", "'abc'"]),
+        (["--set", "total_timesteps=2048", "--total-timesteps", "4096"],
+         ["--set total_timesteps=2048 conflicts with --total-timesteps 4096"]),
+        (["--set", "hidden_sizes=64,a"], ["--set hidden_sizes=64,a:", "'64,a'"]),
+    ],
+)
+def test_bad_sweep_settings_are_usage_errors(argv, words, tmp_path):
+    code, out, err = run_cli("sweep", "--env", "CartPole-v1", *argv, "--out", tmp_path / "sweep")
+    assert code == 2, (out, err)
+    for w in words:
+        assert w in err, (w, err)
+    assert "Traceback" not in err and not (tmp_path / "sweep").exists()
+
+
+def test_sweep_refuses_an_out_file_and_a_gymnasium_env(tmp_path):
+    taken = tmp_path / "file"
+    taken.write_text("")
+    code, _, err = run_cli("sweep", "--env", "CartPole-v1", "--out", taken)
+    assert code == 2 and "exists and is not a directory" in err and "--out" in err
+    code, _, err = run_cli("sweep", "--env", "gymnasium:CartPole-v1", "--out", tmp_path / "sweep")
+    assert code == 2, err
+    for w in ["sweeps need a JAX environment", "--env CartPole-v1",
+              "fusedrl train --env gymnasium:CartPole-v1"]:
+        assert w in err, (w, err)
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_help_and_envs():
@@ -302,6 +389,36 @@ def test_an_error_in_one_share_of_the_seeds_is_not_reported_as_an_interrupt(trai
         runs.train_run(longer, tmp_path / "run", num_seeds=2, eval_episodes=4, progress_every=2,
                        progress_file=io.StringIO())
     assert not isinstance(info.value, KeyboardInterrupt) and "logger broke" in str(info.value)
+
+
+def test_a_failed_run_says_so_in_its_summary(trained, monkeypatch, tmp_path):
+    """Any error other than Ctrl-C, in training or after it: summary.json says "failed" with the
+    error's type and message, and the error surfaces as itself."""
+
+    class Broken(Recorder):
+        def log(self, update, rows):
+            raise RuntimeError("logger broke")
+
+    config = trained[0]
+    with pytest.raises(Exception, match="logger broke") as info:  # may come wrapped by jax
+        runs.train_run(config, tmp_path / "train", num_seeds=2, eval_episodes=4, progress_every=2,
+                       loggers=[Broken()], progress_file=io.StringIO())
+    summary = json.loads((tmp_path / "train" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_while"] == "training"
+    assert summary["error"]["type"] == type(info.value).__name__
+    assert "logger broke" in summary["error"]["message"]
+
+    def broken_evaluate(*args, **kwargs):
+        raise ValueError("evaluation broke")
+
+    monkeypatch.setattr(runs, "evaluate", broken_evaluate)
+    with pytest.raises(ValueError, match="evaluation broke"):
+        runs.train_run(config, tmp_path / "eval", num_seeds=2, eval_episodes=4, progress_every=2,
+                       progress_file=io.StringIO())
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_while"] == "evaluating"
+    assert summary["error"] == {"type": "ValueError", "message": "evaluation broke"}
+    assert (tmp_path / "eval" / "checkpoint").is_dir()  # the training's results were kept
 
 
 def test_first_sigint_stops_at_the_next_callback():

@@ -39,3 +39,11 @@ def test_fused_mode_needs_a_jax_env(capsys):
     assert "JAX" in capsys.readouterr().err
     assert profile.resolve("gymnasium:CartPole-v1", None) == ("gymnasium:CartPole-v1", "bridge")
     assert profile.resolve("gymnasium:CartPole-v1", "fused") == ("CartPole-v1", "fused")
+
+
+def test_unknown_env_is_a_clear_error(capsys):
+    assert profile.main(["--env", "CartPol-v1", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "fusedrl profile: error: Unknown environment id 'CartPol-v1'" in err and "CartPole-v1" in err
+    assert profile.main(["--env", "gymnasium:CartPol-v1", *TINY]) == 2
+    assert "Unknown Gymnasium environment id 'gymnasium:CartPol-v1'" in capsys.readouterr().err

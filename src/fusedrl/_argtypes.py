@@ -1,8 +1,24 @@
-"""argparse value types shared by the command-line tools."""
+"""argparse value types and the `--set FIELD=VALUE` parser shared by the command-line tools.
+
+`fusedrl train` and `fusedrl sweep` both read `--set` with `parse_overrides`, so a value one
+command accepts the other accepts too, with the same message when it is wrong.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
+import json
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+class UsageError(Exception):
+    """A bad command line: printed as `fusedrl COMMAND: error: ...` with exit status 2."""
 
 
 def positive_int(text: str) -> int:
@@ -14,3 +30,161 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+# ------------------------------------------------------------------------------- --set values
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def _field_types() -> dict[str, Any]:
+    from fusedrl.train.config import PPOConfig
+
+    hints = typing.get_type_hints(PPOConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(PPOConfig)}
+
+
+def env_param_defaults(env_params: Any) -> dict[str, Any] | None:
+    """{name: default value} of a JAX env's params (`fusedrl.make(env_id)[1]`); None when the env
+    has no params dataclass (a "gymnasium:" host env, whose env params go to gymnasium.make)."""
+    if env_params is None or not dataclasses.is_dataclass(env_params):
+        return None
+    return {f.name: getattr(env_params, f.name) for f in dataclasses.fields(env_params)}
+
+
+def _parse_bool(item: str, name: str, text: str) -> bool:
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise UsageError(f"--set {item}: {name} expects true or false, got {text!r}.")
+
+
+def _parse_int(item: str, name: str, text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        x = None
+    if x is not None and x.is_integer():  # 1e5
+        return int(x)
+    raise UsageError(f"--set {item}: {name} expects an integer, got {text!r}.")
+
+
+def _parse_float(item: str, name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"--set {item}: {name} expects a number, got {text!r}.") from None
+
+
+def _parse_env_param(item: str, name: str, text: str, default: Any) -> Any:
+    """An env param's value, typed like its default (int, float or bool); with no default known
+    (host envs), any JSON number or true/false."""
+    kind = np.asarray(default).dtype.kind if default is not None else None
+    if kind == "b":
+        return _parse_bool(item, f"env param {name}", text)
+    if kind in ("i", "u"):
+        return _parse_int(item, f"env param {name}", text)
+    if kind == "f":
+        return _parse_float(item, f"env param {name}", text)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if isinstance(value, int | float | bool):
+        return value
+    raise UsageError(f"--set {item}: env param {name} expects a number, got {text!r}.")
+
+
+def _unknown(item: str, name: str, env_defaults: Mapping[str, Any] | None) -> UsageError:
+    fields = list(_field_types())
+    params = sorted(env_defaults or ())
+    close = difflib.get_close_matches(name, fields + params, n=3)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    env_note = f" Env params: {', '.join(params)}." if params else ""
+    return UsageError(f"--set {item}: unknown field {name!r} (PPOConfig has no such field"
+                      f"{', nor the env such a param' if params else ''}).{hint} "
+                      f"Valid fields: {', '.join(fields)}.{env_note}")
+
+
+def parse_value(field: str, text: str, env_defaults: Mapping[str, Any] | None = None) -> Any:
+    """`text` converted to the type of PPOConfig field `field`, or of env param "env_params.NAME"
+    (typed like its value in `env_defaults`; see `env_param_defaults`)."""
+    return _parse(f"{field}={text}", field, text, env_defaults)
+
+
+def _parse(item: str, field: str, text: str, env_defaults: Mapping[str, Any] | None) -> Any:
+    """`parse_value`, with `item` (the --set value as given) for the messages."""
+    if field.startswith("env_params."):
+        name = field.split(".", 1)[1]
+        if env_defaults is not None and name not in env_defaults:
+            close = difflib.get_close_matches(name, list(env_defaults), n=3)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise UsageError(f"--set {item}: the env has no param {name!r}.{hint} "
+                             f"Valid env params: {', '.join(sorted(env_defaults))}.")
+        return _parse_env_param(item, name, text, (env_defaults or {}).get(name))
+    types = _field_types()
+    if field not in types:
+        raise _unknown(item, field, env_defaults)
+    kind = types[field]
+    if set(typing.get_args(kind)) == {float, type(None)}:  # optional numbers (target_kl)
+        if text.lower() in ("none", "off", ""):
+            return None
+        kind = float
+    if kind is bool:
+        return _parse_bool(item, field, text)
+    if kind is int:
+        return _parse_int(item, field, text)
+    if kind is float:
+        return _parse_float(item, field, text)
+    if typing.get_origin(kind) is tuple:
+        parts = [p for p in text.strip("()[] ").replace(" ", "").split(",") if p]
+        try:
+            values = tuple(int(p.replace("_", "")) for p in parts)
+        except ValueError:
+            values = ()
+        if not values:
+            raise UsageError(f"--set {item}: {field} expects an integer per layer, comma-separated "
+                             f"like 64,64; got {text!r}.")
+        return values
+    if kind is str:
+        return text
+    raise UsageError(f"--set {item}: this field cannot be set from the command line; "
+                     f"use env_params.NAME=VALUE for env params, or --config FILE.")
+
+
+def parse_overrides(items: Sequence[str], env_defaults: Mapping[str, Any] | None = None, *,
+                    total_timesteps: int | None = None) -> dict[str, Any]:
+    """{"field": value} from ["field=value", ...]; env params collect under "env_params".
+
+    Args:
+      items: the `--set` values.
+      env_defaults: the env's params with their defaults (`env_param_defaults`), or None if not
+        known. With them, env params may also be given by their bare name (`gravity=12`), and
+        their values are typed like the defaults.
+      total_timesteps: the `--total-timesteps` flag, if given; a `--set total_timesteps` with
+        another value is an error.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--set expects FIELD=VALUE, got {item!r}.")
+        field, text = (s.strip() for s in item.split("=", 1))
+        if env_defaults is not None and field in env_defaults and field not in _field_types():
+            field = f"env_params.{field}"
+        value = _parse(item.strip(), field, text, env_defaults)
+        if field.startswith("env_params."):
+            out.setdefault("env_params", {})[field.split(".", 1)[1]] = value
+        else:
+            out[field] = value
+    if total_timesteps is not None:
+        if out.get("total_timesteps", total_timesteps) != total_timesteps:
+            raise UsageError(
+                f"--set total_timesteps={out['total_timesteps']} conflicts with --total-timesteps "
+                f"{total_timesteps}; give the step budget once."
+            )
+        out["total_timesteps"] = total_timesteps
+    return out

@@ -9,23 +9,21 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import difflib
-import json
 import sys
-import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import fusedrl
+from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides
 from fusedrl.envs import make, registered_ids, space_info
+from fusedrl.envs.host import is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.presets import has_preset, preset
 
-
-class CLIError(Exception):
-    """A user error: printed as `fusedrl: error: ...` with exit status 2."""
+# A user error: printed as `fusedrl COMMAND: error: ...` with exit status 2. One class for every
+# command, so the shared --set parser's errors are caught alike (also by `fusedrl.bench runs`).
+CLIError = UsageError
 
 
 DESCRIPTION = """\
@@ -41,7 +39,8 @@ examples:
   fusedrl train --config runs/cp8/config.json --out runs/cp8-again   (rerun a saved config)
 
 --set takes any PPOConfig field (values are parsed with the field's type: ints, floats,
-true/false, comma-separated hidden_sizes) and env params as env_params.NAME=VALUE.
+true/false, comma-separated hidden_sizes) and env params as env_params.NAME=VALUE (or NAME=VALUE),
+parsed as in `fusedrl sweep`. A "gymnasium:" env id trains one seed through the host bridge.
 The run folder gets config.json, metrics.csv, learning_curve.png, checkpoint/, summary.json."""
 
 
@@ -77,11 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also log to TensorBoard in <run folder>/tensorboard (needs tensorboardX)")
     t.add_argument("--wandb-project", metavar="NAME", help="also log to Weights & Biases (needs wandb)")
 
-    e = sub.add_parser("evaluate", help="greedy returns of a saved run, per seed",
-                       description="Evaluate the checkpoint of a run folder greedily, every seed.")
+    e = sub.add_parser(
+        "evaluate", help="greedy returns of a saved run, per seed",
+        description="Evaluate the checkpoint of a run folder greedily, every seed. With the defaults it "
+                    "reproduces the greedy returns in the run's summary.json (same episodes, same key).",
+    )
     e.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    e.add_argument("--episodes", type=int, default=64, metavar="N", help="episodes per seed (default 64)")
-    e.add_argument("--seed", type=int, default=0, metavar="S", help="evaluation seed (default 0)")
+    e.add_argument("--episodes", type=int, metavar="N",
+                   help="episodes per seed (default: the run's eval_episodes, as in summary.json)")
+    e.add_argument("--seed", type=int, metavar="S",
+                   help="evaluation key seed (default: the run's seed + 1, the key summary.json used)")
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",
                        description="List the registered environments with observation and action spaces.")
@@ -105,90 +109,10 @@ def cmd_sweep(args) -> int:
     return run_sweep(args)
 
 
-# ------------------------------------------------------------------------------- --set values
-def _field_types() -> dict[str, Any]:
-    hints = typing.get_type_hints(PPOConfig)
-    return {f.name: hints[f.name] for f in dataclasses.fields(PPOConfig)}
-
-
-_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
-
-
-def _parse_int(field: str, text: str) -> int:
-    try:
-        return int(text.replace("_", ""))
-    except ValueError:
-        pass
-    try:
-        x = float(text)
-    except ValueError:
-        x = None
-    if x is not None and x.is_integer():
-        return int(x)
-    raise CLIError(f"--set {field}={text}: {field} expects an integer, got {text!r}.")
-
-
-def parse_value(field: str, text: str) -> Any:
-    """`text` converted to the type of PPOConfig field `field`."""
-    types = _field_types()
-    if field.startswith("env_params."):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return text
-    if field not in types:
-        valid = list(types)
-        close = difflib.get_close_matches(field, valid, n=3)
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise CLIError(f"--set {field}=...: PPOConfig has no field {field!r}.{hint} "
-                       f"Valid fields: {', '.join(valid)}.")
-    kind = types[field]
-    if set(typing.get_args(kind)) == {float, type(None)}:  # optional numbers (target_kl)
-        if text.lower() in ("none", "off", ""):
-            return None
-        kind = float
-    if kind is bool:
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise CLIError(f"--set {field}={text}: {field} expects true or false, got {text!r}.")
-    if kind is int:
-        return _parse_int(field, text)
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise CLIError(f"--set {field}={text}: {field} expects a number, got {text!r}.") from None
-    if typing.get_origin(kind) is tuple:
-        parts = [p for p in text.strip("()[] ").replace(" ", "").split(",") if p]
-        if not parts:
-            raise CLIError(f"--set {field}={text}: {field} expects comma-separated integers like 64,64.")
-        return tuple(_parse_int(field, p) for p in parts)
-    if kind is str:
-        return text
-    raise CLIError(f"--set {field}: this field cannot be set from the command line; use --config.")
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """{"field": value} from ["field=value", ...]; env params collect under "env_params"."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise CLIError(f"--set expects FIELD=VALUE, got {item!r}.")
-        field, text = (s.strip() for s in item.split("=", 1))
-        value = parse_value(field, text)
-        if field.startswith("env_params."):
-            out.setdefault("env_params", {})[field.split(".", 1)[1]] = value
-        else:
-            out[field] = value
-    return out
-
-
 # ----------------------------------------------------------------------------------- train
 def resolve(args) -> tuple[PPOConfig, Any]:
     """The PPOConfig and RunOptions a `train` command asks for (no work done yet)."""
-    from fusedrl.runs import RunOptions, read_config_file
+    from fusedrl.runs import RunOptions, check_supported, read_config_file
 
     if args.config is None and args.env is None:
         raise CLIError("train needs --env ID (see `fusedrl envs`) or --config FILE.")
@@ -202,16 +126,18 @@ def resolve(args) -> tuple[PPOConfig, Any]:
             raise CLIError(f"--env {args.env} conflicts with env_id {base.get('env_id')!r} in {args.config}; "
                            f"drop --env or edit the file.")
         env_id = base.get("env_id", args.env)
+        if env_id is None:
+            raise CLIError(f"config file {args.config} has no env_id: pass --env ID (see `fusedrl envs`) "
+                           f"or add env_id to the file.")
     else:
         env_id, base = args.env, {}
     try:
-        make(env_id, **dict(base.get("env_params", {})))
+        env_params = make(env_id, **dict(base.get("env_params", {})))[1]
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
 
-    overrides = parse_overrides(args.overrides)
-    if args.total_timesteps is not None:
-        overrides.setdefault("total_timesteps", args.total_timesteps)
+    overrides = parse_overrides(args.overrides, env_param_defaults(env_params),
+                                total_timesteps=args.total_timesteps)
     if "env_params" in overrides:
         overrides["env_params"] = {**dict(base.get("env_params", {})), **overrides["env_params"]}
     try:
@@ -231,6 +157,7 @@ def resolve(args) -> tuple[PPOConfig, Any]:
             run_opts[name] = value
     try:
         options = RunOptions(**run_opts)
+        check_supported(config, options)
     except (TypeError, ValueError) as e:
         raise CLIError(str(e)) from None
     return config, options
@@ -267,6 +194,8 @@ def cmd_train(args) -> int:
     except ImportError as e:
         raise CLIError(str(e)) from None
     preset_note = "preset" if has_preset(config.env_id) else "PPOConfig defaults (no preset)"
+    if is_host_env_id(config.env_id):
+        preset_note += "; host bridge: Gymnasium steps the envs on the host"
     print(f"fusedrl train {config.env_id} ({preset_note}): {options.num_seeds} seed(s), "
           f"{config.num_updates} updates of {config.num_envs} envs x {config.num_steps} steps -> {out}",
           file=sys.stderr)
@@ -291,7 +220,7 @@ def cmd_evaluate(args) -> int:
     from fusedrl.checkpoint import CheckpointError
     from fusedrl.runs import evaluate_run
 
-    if args.episodes < 1:
+    if args.episodes is not None and args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
     try:
         ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed)
@@ -359,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         return commands[args.command](args)
-    except CLIError as e:
+    except UsageError as e:
         print(f"fusedrl {args.command}: error: {e}", file=sys.stderr)
         return 2
 

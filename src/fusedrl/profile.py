@@ -314,15 +314,18 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> int:
     """Parses `argv`, profiles, prints the table then one JSON line; returns 0 (2 on bad input)."""
+    from fusedrl.envs import make
+
     args = build_parser(prog).parse_args(argv)
     try:
         env_id, mode = resolve(args.env, args.mode)
+        make(env_id)  # an unknown id: the same error as `fusedrl train`, before any work
         config = default_config(
             env_id, num_envs=args.num_envs, num_steps=args.num_steps,
             update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
         )
     except (ValueError, TypeError) as e:
-        print(f"{prog}: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     summary = profile_update(config, mode, args.repeats)
     print(format_table(summary))

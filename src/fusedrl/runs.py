@@ -17,6 +17,7 @@ only; metrics.csv grows by whole rows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -35,6 +36,7 @@ import numpy as np
 
 import fusedrl
 from fusedrl import checkpoint as ckpt
+from fusedrl.envs.host import is_host_env_id
 from fusedrl.evaluation import evaluate
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
 from fusedrl.progress import (
@@ -136,6 +138,18 @@ def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
         "ppo": config.to_dict(),
         "run": dataclasses.asdict(options),
     }
+
+
+def check_supported(config: PPOConfig, options: RunOptions) -> None:
+    """Raises ValueError for a run that `train_run` cannot do, naming the option to change."""
+    if is_host_env_id(config.env_id) and options.num_seeds != 1:
+        twin = config.env_id.split(":", 1)[1]
+        raise ValueError(
+            f"num_seeds (--num-seeds) must be 1 for {config.env_id}, got {options.num_seeds}: a Gymnasium "
+            f"env trains through the host bridge, one seed per run (its envs step on the host, so seeds "
+            f"cannot be vmapped into one program). Train each seed as its own run (--seed S), or use a "
+            f"JAX env id (e.g. {twin!r}, if fusedrl has it: see `fusedrl envs`) to train many at once."
+        )
 
 
 def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -338,14 +352,21 @@ def train_run(
         factories `f(run_folder) -> logger` called once the folder is ready.
       progress_file: where the bar is drawn (default stderr).
 
+    A "gymnasium:" env id trains through the host bridge (`fusedrl.bridge`): one seed per run
+    (`num_seeds=1`), compile time counted in the training time.
+
     Raises:
       KeyboardInterrupt: after Ctrl-C, once the folder holds the config, the metrics logged so
         far and a summary marked "interrupted".
+      Exception: any other error, re-raised once summary.json says status "failed" with the
+        error's type and message.
     """
     if options is not None and option_kwargs:
         raise TypeError(f"pass either options= or option keywords, not both ({sorted(option_kwargs)}).")
     options = options or RunOptions(**option_kwargs)
     fusedrl.make(config.env_id, **config.env_params)  # unknown env: fail before any work
+    check_supported(config, options)
+    bridge = is_host_env_id(config.env_id)
     path = prepare_folder(out, overwrite=overwrite) if out is not None else None
     if path is not None:
         write_json(path / CONFIG_FILE, config_document(config, options))
@@ -365,26 +386,40 @@ def train_run(
 
     summary: dict[str, Any] = {"env_id": config.env_id, "num_seeds": options.num_seeds,
                                "seed": options.seed, "status": "running"}
+    keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
     try:
-        _status(progress_file, progress, "compiling ...")
-        streams = num_streams(options.num_seeds)
-        summary["streams"] = streams
-        train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams)
-        keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
-        hparams = train.default_hparams()
-        if bar is not None:
-            bar.restart_clock()
-        t = time.perf_counter()
-        with dispatch.active(monitor), interrupt_guard(monitor):
-            try:
-                result = jax.block_until_ready(run_seeds(keys, hparams))
-            except Exception as e:
-                if is_interrupt(e, monitor):
-                    raise KeyboardInterrupt from None
-                raise
+        if bridge:
+            summary["mode"] = "bridge"
+            compile_s = None  # the bridge compiles during its first update: part of train_seconds
+            if bar is not None:
+                bar.restart_clock()
+            t = time.perf_counter()
+            result = _train_bridge(config, keys[0], every, monitor)
+        else:
+            _status(progress_file, progress, "compiling ...")
+            streams = num_streams(options.num_seeds)
+            summary["streams"] = streams
+            train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams)
+            hparams = train.default_hparams()
+            if bar is not None:
+                bar.restart_clock()
+            t = time.perf_counter()
+            with dispatch.active(monitor), interrupt_guard(monitor):
+                try:
+                    result = jax.block_until_ready(run_seeds(keys, hparams))
+                except Exception as e:
+                    if is_interrupt(e, monitor):
+                        raise KeyboardInterrupt from None
+                    raise
         run_s = time.perf_counter() - t
     except KeyboardInterrupt:
         summary.update(status="interrupted", updates_logged=monitor.last_update)
+        if path is not None:
+            write_json(path / SUMMARY_FILE, summary)
+        raise
+    except Exception as e:
+        summary.update(status="failed", failed_while="training", updates_logged=monitor.last_update,
+                       error=_error(e))
         if path is not None:
             write_json(path / SUMMARY_FILE, summary)
         raise
@@ -395,7 +430,7 @@ def train_run(
     summary.update(
         num_updates=config.num_updates,
         env_steps_per_seed=config.env_steps,
-        compile_seconds=round(compile_s, 3),
+        compile_seconds=None if compile_s is None else round(compile_s, 3),
         train_seconds=round(run_s, 3),
         sps=round(env_steps / run_s, 1),
         progress_every=every,
@@ -411,12 +446,12 @@ def train_run(
                       num_seeds=options.num_seeds, extra={"seed": options.seed})
         summary["status"] = "evaluating"
         t = time.perf_counter()
-        key = jax.random.key(options.seed + 1)
-        returns = np.asarray(evaluate(config, result, key, options.eval_episodes))
+        returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes)
         per_seed = returns.mean(axis=1)
         last_train = np.asarray(result.metrics["episode_return"])[:, -1]
         summary.update(
             eval_episodes=options.eval_episodes,
+            eval_seed=options.seed + 1,
             eval_return_per_seed=[round(float(x), 3) for x in per_seed],
             eval_return_mean=round(float(per_seed.mean()), 3),
             eval_return_std=round(float(per_seed.std()), 3),
@@ -432,10 +467,55 @@ def train_run(
     except KeyboardInterrupt:
         summary.update(status=f"interrupted while {summary['status']}", updates_logged=config.num_updates)
         raise
+    except Exception as e:
+        summary.update(status="failed", failed_while=summary["status"], updates_logged=config.num_updates,
+                       error=_error(e))
+        raise
     finally:
         if path is not None:
             write_json(path / SUMMARY_FILE, summary)
     return Run(config, options, result, summary, path)
+
+
+def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monitor) -> TrainResult:
+    """One seed through the host bridge (`fusedrl.bridge`), as a result with a seed axis of 1.
+
+    The host loop calls `monitor` itself every `every` updates (0: never). A Gymnasium env steps in
+    Python, so neither vmap (several seeds) nor one compiled program (compile time apart) applies.
+    """
+    from fusedrl.bridge import make_host_train
+
+    train = make_host_train(config, **({"callback": monitor, "callback_every": every} if every else {}))
+    with interrupt_guard(monitor) if every else contextlib.nullcontext():
+        result = jax.block_until_ready(train(key))
+    return jax.tree.map(lambda x: x[None], result)
+
+
+def eval_key(options: RunOptions) -> jax.Array:
+    """The key of the greedy evaluation in summary.json (`evaluate_run`'s default)."""
+    return jax.random.key(options.seed + 1)
+
+
+def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int) -> np.ndarray:
+    """Greedy returns [num_seeds, num_episodes] of a result whose leaves have a seed axis; each seed
+    gets its own key split from `key` (as `fusedrl.evaluate` does), also on the host bridge."""
+    if not is_host_env_id(config.env_id):
+        returns = np.asarray(evaluate(config, result, key, num_episodes))
+        return returns[None] if returns.ndim == 1 else returns
+    from fusedrl.bridge import evaluate as evaluate_on_host
+
+    num_seeds = jax.tree.leaves(result.params)[0].shape[0]
+    keys = jax.random.split(key, num_seeds)
+    returns = []
+    for i in range(num_seeds):
+        one = TrainResult(state=jax.tree.map(lambda x, i=i: x[i], result.state), metrics={},
+                          hparams=result.hparams)
+        returns.append(np.asarray(evaluate_on_host(config, one, keys[i], num_episodes)))
+    return np.stack(returns)
+
+
+def _error(e: BaseException) -> dict[str, str]:
+    return {"type": type(e).__name__, "message": str(e)}
 
 
 def _status(file, enabled: bool, text: str) -> None:
@@ -454,18 +534,26 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a fusedrl run folder: {CONFIG_FILE} is missing.")
     ppo, run = read_config_file(run_dir / CONFIG_FILE)
-    return PPOConfig.from_dict(ppo), RunOptions(**run)
+    try:
+        return PPOConfig.from_dict(ppo), RunOptions(**run)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{run_dir / CONFIG_FILE} is invalid: {e} Fix that field in the file.") from None
 
 
-def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int = 64, seed: int = 0) -> dict[str, Any]:
-    """Greedy returns of every seed in a saved run: {"per_seed": [...], "mean": m, "std": s}."""
+def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
+                 seed: int | None = None) -> dict[str, Any]:
+    """Greedy returns of every seed in a saved run: {"per_seed": [...], "mean": m, "std": s}.
+
+    The defaults reproduce the run's summary.json: its eval_episodes, and the key it used
+    (`jax.random.key(seed)` with the run's seed + 1).
+    """
     run_dir = Path(run_dir)
-    config, _ = load_run_config(run_dir)
+    config, options = load_run_config(run_dir)
+    num_episodes = options.eval_episodes if num_episodes is None else num_episodes
+    key = eval_key(options) if seed is None else jax.random.key(seed)
     saved_config, state, hparams, meta = ckpt.restore(run_dir / CHECKPOINT_DIR, config)
     result = TrainResult(state=state, metrics={}, hparams=hparams)
-    returns = np.asarray(evaluate(config, result, jax.random.key(seed), num_episodes))
-    if returns.ndim == 1:
-        returns = returns[None]
+    returns = evaluate_seeds(config, result, key, num_episodes)
     per_seed = returns.mean(axis=1)
     return {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
             "episodes": num_episodes}
@@ -481,6 +569,8 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         lines.append(f"  {i:>4}  {ev:>13.1f}  {tr:>17.1f}")
     lines.append(f"  {'mean':>4}  {summary['eval_return_mean']:>8.1f} +- {summary['eval_return_std']:<.1f}"
                  f"   ({summary['eval_episodes']} greedy episodes per seed)")
-    lines.append(f"  compile {summary['compile_seconds']:.1f} s   train {summary['train_seconds']:.1f} s   "
+    compile_s = summary["compile_seconds"]
+    compile_text = "(compile included in train)" if compile_s is None else f"compile {compile_s:.1f} s"
+    lines.append(f"  {compile_text}   train {summary['train_seconds']:.1f} s   "
                  f"{summary['sps']:,.0f} env steps/s (all seeds)")
     return "\n".join(lines)

@@ -22,23 +22,23 @@ Hook into fusedrl's main parser with `add_sweep_parser(subparsers)`; the parsed 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
 import threading
 import time
-import typing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides
+
 EPILOG = __doc__.split("\n\n", 1)[1].rsplit("\n\nHook into", 1)[0]
 
 
-class SweepCLIError(Exception):
-    """A bad command line: printed as one line, exit code 2."""
+# A bad command line: printed as one line, exit code 2 (the class `fusedrl train` raises too).
+SweepCLIError = UsageError
 
 
 def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
@@ -114,69 +114,30 @@ def parse_random(item: str):
     return name, (low, high)
 
 
-def _config_types() -> dict[str, Any]:
-    from fusedrl.train import PPOConfig
-
-    hints = typing.get_type_hints(PPOConfig)
-    return {f.name: hints[f.name] for f in dataclasses.fields(PPOConfig)}
-
-
-def _parse_setting(name: str, text: str, env_fields) -> Any:
-    types = _config_types()
-    kind = types.get(name)
-    try:
-        if kind is bool:
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return text.lower() in ("true", "1", "yes")
-        if kind is int:
-            value = float(text)
-            if not value.is_integer():
-                raise ValueError
-            return int(value)
-        if kind is float:
-            return float(text)
-        if typing.get_origin(kind) is tuple:
-            return tuple(int(t) for t in text.strip("()[] ").split(",") if t.strip())
-        if kind is str:
-            return text
-        return json.loads(text)
-    except ValueError:
-        raise SweepCLIError(f"--set {name}={text}: cannot parse {text!r} for {name}.") from None
-
-
 def build_config(args):
-    """The base PPOConfig of the sweep: the env's preset (if any) with --set/--total-timesteps."""
-    from fusedrl.envs import make
+    """The base PPOConfig of the sweep: the env's preset (if any) with --set/--total-timesteps,
+    parsed as `fusedrl train` parses them (`fusedrl._argtypes.parse_overrides`)."""
+    from fusedrl.envs import make, registered_ids
+    from fusedrl.envs.host import is_host_env_id
     from fusedrl.train import PPOConfig, has_preset, preset
 
+    if is_host_env_id(args.env):
+        name = args.env.split(":", 1)[1]
+        twin = (f" Sweep fusedrl's JAX version instead: --env {name}."
+                if name in registered_ids(include_gymnax=False) else "")
+        raise SweepCLIError(
+            f"sweeps need a JAX environment: {args.env} is a Gymnasium env stepped on the host (the "
+            f"host bridge), so its runs cannot be vmapped into one program.{twin} To train the Gymnasium "
+            f"env itself, run `fusedrl train --env {args.env} --seed S`, one run per seed and setting."
+        )
     try:
         env_params = make(args.env)[1]
     except (ValueError, TypeError) as e:
         raise SweepCLIError(str(e)) from None
-    env_fields = {f.name for f in dataclasses.fields(env_params)}
-    types = _config_types()
-    fields: dict[str, Any] = {}
-    env_overrides: dict[str, Any] = {}
-    for item in args.overrides:
-        if "=" not in item:
-            raise SweepCLIError(f"--set expects FIELD=VALUE, got {item!r}.")
-        name, text = (s.strip() for s in item.split("=", 1))
-        bare = name.removeprefix("env_params.")
-        if name.startswith("env_params.") or (name not in types and bare in env_fields):
-            try:
-                env_overrides[bare] = json.loads(text)
-            except json.JSONDecodeError:
-                env_overrides[bare] = text
-        elif name in types and name not in ("env_id", "env_params"):
-            fields[name] = _parse_setting(name, text, env_fields)
-        else:
-            valid = [t for t in types if t not in ("env_id", "env_params")] + sorted(env_fields)
-            raise SweepCLIError(f"--set {name}=...: unknown field {name!r}; valid: {', '.join(valid)}.")
-    if args.total_timesteps is not None:
-        fields["total_timesteps"] = args.total_timesteps
-    if env_overrides:
-        fields["env_params"] = env_overrides
+    fields = parse_overrides(args.overrides, env_param_defaults(env_params),
+                             total_timesteps=args.total_timesteps)
+    if "env_id" in fields:
+        raise SweepCLIError("use --env to choose the environment, not --set env_id=...")
     try:
         if has_preset(args.env):
             return preset(args.env, **fields)
@@ -253,7 +214,7 @@ def run_sweep(args) -> int:
     """Runs the sweep the parsed `args` describe; writes the run folder; returns an exit code."""
     try:
         return _run(args)
-    except SweepCLIError as e:
+    except UsageError as e:
         print(f"fusedrl sweep: error: {e}", file=sys.stderr)
         return 2
 
@@ -268,6 +229,8 @@ def _run(args) -> int:
     config = build_config(args)
     mode, axes = parse_axes(args)
     out = args.out or default_out(config.env_id)
+    if out.exists() and not out.is_dir():
+        raise SweepCLIError(f"--out {out} exists and is not a directory; choose another --out.")
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         raise SweepCLIError(f"{out} exists and is not empty; pass --overwrite or another --out.")
     every = args.progress_every
