@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gymnasium
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -210,6 +211,22 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     code, out, err = _cli("evaluate", run_dir)
     assert code == 0, err
     assert f"mean      {summary['eval_return_mean']:10.1f}" in out, (summary, out)
+    # The saved policy takes the Gymnasium env's observations and returns what its step takes,
+    # normalised with the run's statistics as the bridge's own evaluation does.
+    from fusedrl import checkpoint, policy
+    from fusedrl.bridge import _NORM_CLIP, _NORM_EPS, make_host_train
+
+    pi = policy.load(run_dir)
+    obs = np.random.default_rng(0).normal(0.0, 0.3, (64, 4)).astype(np.float32)
+    config, state, _, _ = checkpoint.restore(run_dir / "checkpoint")
+    state = jax.tree.map(lambda x: x[0], state)
+    stats = state.env_state.obs_stats
+    x = stats.normalize(jnp.asarray(obs), epsilon=_NORM_EPS, clip=_NORM_CLIP)
+    expected = np.asarray(make_host_train(config).network.apply(state.params, x)[0].mode())
+    actions = pi.act(obs)
+    assert isinstance(actions, np.ndarray) and actions.dtype == np.int64
+    np.testing.assert_array_equal(actions, expected)
+    assert int(pi.act(obs[0])) == expected[0]
 
 
 def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 
 from fusedrl import checkpoint as ckpt
 from fusedrl.envs import wrappers as W
+from fusedrl.envs.host import is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import make_train
 
@@ -21,7 +22,8 @@ class Policy:
     `act(obs, key=None)` takes one observation (the env's observation shape) or a batch of them
     (a leading axis) and returns the action(s): the distribution's mode when `key` is None
     (greedy), else a sample. Continuous actions are clipped to the action space, as the
-    training env did.
+    training env did. A policy trained through the host bridge ("gymnasium:" env ids) takes the
+    Gymnasium env's own observations and returns actions its `step` takes (NumPy).
 
     Attributes:
       config: the run's PPOConfig.
@@ -31,41 +33,58 @@ class Policy:
 
     def __init__(self, config: PPOConfig, state, hparams):
         self.config = config
-        self.trainer = make_train(config)
         self.params = state.params
         self.hparams = hparams
+        self._encode = self._decode = None
+        if is_host_env_id(config.env_id):
+            from fusedrl.bridge import _NORM_CLIP, _NORM_EPS, make_host_train
+
+            self.trainer = make_host_train(config)
+            env = self.trainer.env
+            self.obs_shape = tuple(env.gym_observation_space.shape)
+            self._encode, self._decode = env.encode_obs, env.decode_action  # host side, NumPy
+            norm = (_NORM_EPS, _NORM_CLIP)
+        else:
+            self.trainer = make_train(config)
+            self.obs_shape = tuple(self.trainer.env.observation_space(self.trainer.env_params).shape)
+            stats = self.trainer.obs_stats(state, hparams)
+            venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=stats)
+            norm = None
+            while isinstance(venv, W.VecEnvWrapper):
+                if isinstance(venv, W.NormalizeObservation):
+                    norm = (venv.epsilon, venv.clip)
+                    break
+                venv = venv.venv
         self.obs_stats = self.trainer.obs_stats(state, hparams)
-        self.obs_shape = tuple(self.trainer.env.observation_space(self.trainer.env_params).shape)
-        normalizer = None
-        venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=self.obs_stats)
-        while isinstance(venv, W.VecEnvWrapper):
-            if isinstance(venv, W.NormalizeObservation):
-                normalizer = venv
-                break
-            venv = venv.venv
-        self._normalizer = normalizer
+        self._norm = norm if self.obs_stats is not None else None
         self._act = jax.jit(self._act_batch)
 
     def _act_batch(self, obs, key):
         x = jnp.asarray(obs, jnp.float32).reshape((obs.shape[0], -1))
-        if self._normalizer is not None:
-            x = self.obs_stats.normalize(x, epsilon=self._normalizer.epsilon, clip=self._normalizer.clip)
+        if self._norm is not None:
+            epsilon, clip = self._norm
+            x = self.obs_stats.normalize(x, epsilon=epsilon, clip=clip)
         pi, _ = self.trainer.network.apply(self.params, x)
         action = pi.mode() if key is None else pi.sample(key)
-        if not self.trainer.discrete:
+        if not self.trainer.discrete and self._decode is None:  # the bridge's decode clips on the host
             space = self.trainer.env.action_space(self.trainer.env_params)
             low = jnp.broadcast_to(jnp.asarray(space.low, action.dtype), action.shape[1:])
             high = jnp.broadcast_to(jnp.asarray(space.high, action.dtype), action.shape[1:])
             action = jnp.clip(action, low[None], high[None])
         return action
 
+    def _act_on(self, batch, key):
+        if self._encode is None:
+            return self._act(batch, key)
+        return self._decode(np.asarray(self._act(self._encode(np.asarray(batch)), key)))
+
     def act(self, obs, key: jax.Array | None = None) -> jax.Array:
-        obs = jnp.asarray(obs)
+        obs = jnp.asarray(obs) if self._encode is None else np.asarray(obs)
         n = len(self.obs_shape)
         if obs.shape == self.obs_shape:
-            return self._act(obs[None], key)[0]
+            return self._act_on(obs[None], key)[0]
         if obs.ndim == n + 1 and obs.shape[1:] == self.obs_shape:
-            return self._act(obs, key)
+            return self._act_on(obs, key)
         raise ValueError(
             f"{self.config.env_id}: act expects an observation of shape {self.obs_shape} or a batch "
             f"[B, *{self.obs_shape}], got {obs.shape}."
