@@ -514,3 +514,16 @@ def test_sweep_and_profile_subcommands_are_wired(capsys):
     assert e.value.code == 0 and "--mode" in capsys.readouterr().out
     assert main(["sweep", "--env", "CartPole-v1", "--grid", "num_envs=4,8"]) == 2
     assert "cannot sweep 'num_envs': it is a static field" in capsys.readouterr().err
+
+
+def test_summary_says_when_no_training_episode_ended(tmp_path):
+    # MountainCar's episodes last 200 steps; 48 steps per env end none, so there is no training
+    # return to report (the metrics' 0.0 with episode_length 0 is no episode's return).
+    config = PPOConfig(env_id="MountainCar-v0", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3,
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+    run = runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=1,
+                         progress_file=io.StringIO())
+    assert run.summary["final_train_return_per_seed"] == [None]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["final_train_return_per_seed"] == [None]
+    assert "no episode ended" in runs.summary_table(run.summary)

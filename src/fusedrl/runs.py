@@ -449,6 +449,8 @@ def train_run(
         returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes)
         per_seed = returns.mean(axis=1)
         last_train = np.asarray(result.metrics["episode_return"])[:, -1]
+        ended = np.asarray(result.metrics["episode_length"])[:, -1] > 0  # else no episode has ended
+        last_train = [round(float(x), 3) if e else None for x, e in zip(last_train, ended, strict=True)]
         summary.update(
             eval_episodes=options.eval_episodes,
             eval_seed=options.seed + 1,
@@ -456,7 +458,7 @@ def train_run(
             eval_return_mean=round(float(per_seed.mean()), 3),
             eval_return_std=round(float(per_seed.std()), 3),
             eval_seconds=round(time.perf_counter() - t, 3),
-            final_train_return_per_seed=[round(float(x), 3) for x in last_train],
+            final_train_return_per_seed=last_train,
         )
         if path is not None:
             from fusedrl.plotting import plot_learning_curve
@@ -566,7 +568,8 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     lines.append(f"  {'seed':>4}  {'greedy return':>13}  {'last train return':>17}")
     for i, (ev, tr) in enumerate(zip(summary["eval_return_per_seed"], summary["final_train_return_per_seed"],
                                      strict=True)):
-        lines.append(f"  {i:>4}  {ev:>13.1f}  {tr:>17.1f}")
+        train_text = "no episode ended" if tr is None else f"{tr:.1f}"
+        lines.append(f"  {i:>4}  {ev:>13.1f}  {train_text:>17}")
     lines.append(f"  {'mean':>4}  {summary['eval_return_mean']:>8.1f} +- {summary['eval_return_std']:<.1f}"
                  f"   ({summary['eval_episodes']} greedy episodes per seed)")
     compile_s = summary["compile_seconds"]
