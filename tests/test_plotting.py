@@ -51,3 +51,12 @@ def test_progress_line_shows_returns_of_seeds_with_a_completed_episode(rows, sho
         assert bar.info(1, rows).endswith(shown), bar.info(1, rows)
     finally:
         bar.close()
+
+
+def test_tensorboard_and_wandb_rows_leave_out_placeholder_episode_statistics():
+    from fusedrl.loggers import _without_placeholders
+
+    before = {"seed": 0, "env_steps": 64, "episode_return": 0.0, "episode_length": 0, "entropy": 0.69}
+    assert _without_placeholders(before) == {"seed": 0, "env_steps": 64, "entropy": 0.69}
+    after = {**before, "episode_return": -200.0, "episode_length": 200}
+    assert _without_placeholders(after) == after

@@ -1,6 +1,7 @@
 """fusedrl.sweep: one compile per sweep, slices equal single runs, named axes, tables, errors,
 sharding over devices and data parallelism (subprocess with 4 forced host devices)."""
 
+import dataclasses
 import importlib
 import json
 import os
@@ -161,6 +162,24 @@ def test_to_table_rows():
     assert r["best_return"] == 1000.0
     zipped = _synthetic("zip").to_table()
     assert list(zipped[0])[:3] == ["seed", "trial", "lr"] and zipped[3]["lr"] == 3e-4
+
+
+def test_to_table_counts_episode_statistics_from_the_first_completed_episode():
+    # Negative returns (Pendulum, MountainCar): before a run's first completed episode the trainer
+    # reports 0.0 with episode_length 0; that placeholder must not become the best return.
+    r = _synthetic()
+    curves = -1.0 - np.asarray(r.metrics["episode_return"])
+    lengths = np.full(curves.shape, 200)
+    lengths[..., :3] = 0  # no episode ended in the first 3 updates
+    lengths[1, 1, :] = 0  # nor ever, in one run
+    curves[lengths == 0] = 0.0
+    metrics = {"episode_return": curves, "episode_length": lengths, "env_steps": r.metrics["env_steps"]}
+    rows = dataclasses.replace(r, metrics=metrics).to_table()
+    assert rows[0]["best_return"] == -4.0 and rows[0]["final_return"] == -20.0  # curve -1..-20
+    assert all(np.isnan(rows[3][k]) for k in ("final_return", "last10_return", "best_return"))
+    length_rows = dataclasses.replace(r, metrics=metrics).to_table("episode_length")
+    assert length_rows[0]["best_length"] == 200.0 and np.isnan(length_rows[3]["best_length"])
+    dataclasses.replace(r, metrics=metrics).plot(by="lr")  # NaN-aware, and no warnings
 
 
 def test_sel_in_zip_mode_selects_trials():

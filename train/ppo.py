@@ -8,12 +8,13 @@ only the network's distribution head differs. Nothing leaves the device unless a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -40,6 +41,25 @@ METRIC_NAMES = (
     "learning_rate",
     "env_steps",
 )
+
+
+#: Metrics that are means over the episodes completed in an update (see `TrainResult`).
+EPISODE_METRICS = ("episode_return", "episode_length")
+
+
+def has_episode(metrics: Mapping[str, Any]):
+    """Whether each update's episode statistics come from a completed episode: False before the
+    first (where they are 0.0, with `episode_length` 0, which no completed episode has)."""
+    return np.asarray(metrics["episode_length"]) > 0
+
+
+def episode_values(metrics: Mapping[str, Any], name: str) -> np.ndarray:
+    """`metrics[name]` as float64, NaN where it is no episode's statistic (`has_episode` False);
+    other metrics unchanged. For summaries and plots: `np.nanmax`, gaps in curves."""
+    values = np.asarray(metrics[name], np.float64)
+    if name in EPISODE_METRICS and "episode_length" in metrics:
+        values = np.where(has_episode(metrics), values, np.nan)
+    return values
 
 
 #: Largest rollout-ahead draw of env resets (`VecEnv.predraw`) the rollout makes; beyond it (very

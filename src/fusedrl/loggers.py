@@ -12,10 +12,11 @@ import importlib
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from fusedrl.train.ppo import METRIC_NAMES
+from fusedrl.train.ppo import EPISODE_METRICS, METRIC_NAMES
 
 # Column order of metrics.csv: identifiers first, then the trainer's metrics.
 CSV_COLUMNS = ("update", "seed", "env_steps") + tuple(m for m in METRIC_NAMES if m != "env_steps")
@@ -101,7 +102,7 @@ class TensorBoardLogger:
     def log(self, update, rows):
         for row in rows:
             step = int(row["env_steps"])
-            for name, value in row.items():
+            for name, value in _without_placeholders(row).items():
                 if name not in ("update", "seed", "env_steps"):
                     self.writer.add_scalar(f"seed_{row['seed']}/{name}", value, step)
         self.writer.flush()
@@ -127,9 +128,17 @@ class WandbLogger:
 
     def log(self, update, rows):
         for row in rows:
-            payload = {k: v for k, v in row.items() if k not in ("seed",)}
+            payload = {k: v for k, v in _without_placeholders(row).items() if k not in ("seed",)}
             self.runs[int(row["seed"])].log(payload, step=int(row["env_steps"]))
 
     def close(self):
         for run in self.runs:
             run.finish()
+
+
+def _without_placeholders(row: Mapping[str, Any]) -> dict[str, Any]:
+    """`row` without its episode statistics while no episode has ended (the trainer reports 0.0
+    with episode_length 0 then, which is no episode's return); metrics.csv keeps them all."""
+    if row.get("episode_length", 1) > 0:
+        return dict(row)
+    return {k: v for k, v in row.items() if k not in EPISODE_METRICS}

@@ -28,10 +28,10 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
     """
     from matplotlib.figure import Figure
 
-    y = np.asarray(metrics[metric], np.float64)
+    from fusedrl.train.ppo import episode_values
+
+    y = episode_values(metrics, metric)
     x = np.asarray(metrics["env_steps"], np.float64)
-    if metric in ("episode_return", "episode_length") and "episode_length" in metrics:
-        y = np.where(np.asarray(metrics["episode_length"]) > 0, y, np.nan)
     if y.ndim == 1:
         y, x = y[None], x[None]
     x = x[0]
@@ -41,7 +41,7 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
         y = _moving_average(y, window)
     fig = Figure(figsize=(6.4, 3.8), dpi=100)
     ax = fig.add_subplot()
-    mean, std, low, high = _seed_statistics(y)
+    mean, std, low, high = seed_statistics(y)
     if y.shape[0] > 1:
         ax.fill_between(x, low, high, color="C0", alpha=0.15, linewidth=0,
                         label="min-max over seeds")
@@ -80,7 +80,7 @@ def _moving_average(y: np.ndarray, window: int) -> np.ndarray:
     return np.divide(total, counts, out=np.full_like(total, np.nan), where=counts > 0)
 
 
-def _seed_statistics(y: np.ndarray):
+def seed_statistics(y: np.ndarray):
     """Mean, std, min and max over seeds (axis 0) of the seeds that have a value (not NaN);
     NaN where none has."""
     known = ~np.isnan(y)

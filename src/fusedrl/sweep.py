@@ -66,8 +66,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fusedrl.plotting import seed_statistics
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
-from fusedrl.train.ppo import TrainResult, make_train
+from fusedrl.train.ppo import TrainResult, episode_values, make_train
 
 MODES = ("grid", "zip", "random")
 RUN_AXIS = "runs"  # mesh axis the sweep's runs are split along
@@ -234,7 +235,8 @@ class SweepResult:
 
         Row keys: the dims' coordinates ("seed", grid fields or "trial"), every swept field, then
         `final_<m>` (last update), `last10_<m>` (mean of the last 10% of updates, at least one)
-        and `best_<m>` (maximum over updates), where <m> is `metric` without "episode_".
+        and `best_<m>` (maximum over updates), where <m> is `metric` without "episode_". Episode
+        statistics count only from a run's first completed episode (NaN if none is in range).
         """
         curves = self._metric(metric)
         short = metric.removeprefix("episode_")
@@ -247,10 +249,10 @@ class SweepResult:
                 row[d] = _py(self.axes[d][i])
             for name, v in self.values.items():
                 row[name] = _py(v[pos])
-            c = curves[pos]
+            c = curves[pos]  # NaN: no episode had ended yet (episode metrics)
             row[f"final_{short}"] = float(c[-1])
-            row[f"last10_{short}"] = float(np.mean(c[-tail:]))
-            row[f"best_{short}"] = float(np.max(c))
+            row[f"last10_{short}"] = _nan_reduce(np.mean, c[-tail:])
+            row[f"best_{short}"] = _nan_reduce(np.max, c)
             rows.append(row)
         return rows
 
@@ -296,8 +298,8 @@ class SweepResult:
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 4))
         for value in np.unique(labels):
+            mean, std, _, _ = seed_statistics(curves[labels == value])  # NaN-aware: before episodes end
             group = curves[labels == value]
-            mean, std = group.mean(0), group.std(0)
             (line,) = ax.plot(steps, mean, label=f"{by}={_py(value):g}" if by != "seed" else f"seed {value}")
             if len(group) > 1:
                 ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
@@ -310,11 +312,17 @@ class SweepResult:
     def _metric(self, metric: str) -> np.ndarray:
         if metric not in self.metrics:
             raise KeyError(f"no metric {metric!r}; metrics: {sorted(self.metrics)}.")
-        return np.asarray(self.metrics[metric], np.float64)
+        return episode_values(self.metrics, metric)
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{d}={len(self.axes[d])}" for d in self.dims)
         return f"SweepResult({self.config.env_id}, {self.mode}, {sizes}, {self.num_runs} runs)"
+
+
+def _nan_reduce(reduce, values: np.ndarray) -> float:
+    """`reduce` over the values that are not NaN; NaN if there are none."""
+    known = values[~np.isnan(values)]
+    return float(reduce(known)) if known.size else float("nan")
 
 
 def _positions(idx, size: int) -> int | np.ndarray:
