@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import json
 import logging
 
 import chex
@@ -67,6 +68,12 @@ def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
         PPOConfig(**kwargs)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+def test_config_env_params_are_plain_python_numbers():
+    c = PPOConfig(env_params={"gravity": np.float32(12.0), "max_steps_in_episode": np.int64(50)})
+    assert type(c.env_params["gravity"]) is float and type(c.env_params["max_steps_in_episode"]) is int
+    json.dumps(c.to_dict())  # run folders and checkpoints write the config as JSON
 
 
 def test_config_replace_and_dict_roundtrip():

@@ -132,6 +132,14 @@ def test_selecting_several_seeds_keeps_the_axis_and_the_keys(swept):
         r.isel(seed=1.0)
 
 
+def test_an_env_param_given_as_int_then_float_compiles_for_each():
+    # Equal configs (12 == 12.0), but int32 and float32 arrays: the cached executables must differ.
+    base = PPOConfig(**SMALL)
+    a = sweep(base.replace(env_params={"gravity": 12}), 2, lr=[1e-3, 2e-3], streams=2)
+    b = sweep(base.replace(env_params={"gravity": 12.0}), 2, lr=[1e-3, 2e-3], streams=2)
+    assert a.metrics["episode_return"].shape == b.metrics["episode_return"].shape == (2, 2, 3)
+
+
 # ------------------------------------------------------------------------------ tidy tables
 def _synthetic(mode="grid"):
     """A SweepResult with known curves (no training): 2 seeds x 2 lrs x 20 updates."""

@@ -194,7 +194,8 @@ def _as_env_params(x) -> _FrozenDict:
                 f"{v!r} ({type(v).__name__}); to try several values, sweep it: "
                 f"fusedrl.sweep(config, {name}=[...])."
             )
-    return _FrozenDict(x)
+    # NumPy scalars become Python numbers: configs are written as JSON (run folders, checkpoints).
+    return _FrozenDict({k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()})
 
 
 def _is_int(v) -> bool:

@@ -718,7 +718,11 @@ def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
             for i in range(streams)]
     pieces = update_pieces(num_updates, max(1, STREAM_PIECE_UPDATES // per))
     # Compiled here, once, rather than by the first call of each thread at the same time.
-    cache_key = (program, per, tuple(pieces), tuple((n, v.dtype.str) for n, v in batched.items()))
+    # The executables are compiled for these dtypes: an env param given as 12 or 12.0 leaves equal
+    # configs (hence programs) but int32 or float32 arrays.
+    dtypes = tuple((n, v.dtype.str) for n, v in batched.items())
+    base_dtypes = tuple(np.asarray(x).dtype.str for x in jax.tree.leaves(base))
+    cache_key = (program, per, tuple(pieces), dtypes, base_dtypes)
     if cache_key not in _STREAM_EXECUTABLES:
         if len(_STREAM_EXECUTABLES) >= 16:
             _STREAM_EXECUTABLES.pop(next(iter(_STREAM_EXECUTABLES)))
