@@ -41,10 +41,16 @@ Modes (the keyword arguments after `**` are the axes):
 
 Seeds: `seed_keys = jax.random.split(key, num_seeds)`; every run with seed index i uses
 `seed_keys[i]`, so the run (seed=i, lr=v) is `jax.jit(train)(seed_keys[i], hparams with lr=v)`.
-On XLA:CPU such a single run agrees with its sweep slice to float32 rounding, not bit for bit: a
-reduction or fused elementwise op over a batched [runs, ...] array is compiled with another loop
-order or vectorisation than the same op on one run's [...] array, and a stream's `lax.map` body is
-compiled inside a loop, with other fusion decisions than the standalone program.
+That single run is the same computation as its sweep slice, but not bit for bit: a reduction or
+fused elementwise op over a batched [runs, ...] array is compiled with another loop order or
+vectorisation than the same op on one run's [...] array, and a stream's `lax.map` body is
+compiled inside a loop, with other fusion decisions than the standalone program. The differences
+start at float32 rounding (~1e-7 after one update) and training amplifies them: under the vmap
+(one stream, and every GPU/TPU sweep), a 200-update CartPole run first differed from its
+standalone twin around update 40 and ended with another return (327 against 370). So a rerun
+reproduces a sweep's run in distribution, not its exact curve; keep the sweep's own result for a
+run's numbers. (On one CPU device, streams of `lax.map` matched standalone runs bit for bit in a
+check at 30 and 200 updates, 2026-11-24; XLA does not promise it.)
 """
 
 from __future__ import annotations
@@ -215,7 +221,8 @@ class SweepResult:
     def hparams(self, **index: int) -> Hyperparams:
         """The `Hyperparams` of one run, given its position along every dim except seed.
 
-        With `seed_keys[i]` this reproduces a run outside the sweep:
+        With `seed_keys[i]` this trains the same run outside the sweep (up to float rounding,
+        which training amplifies: see the module docstring):
         `jax.jit(make_train(r.config))(r.seed_keys[i], r.hparams(lr=1))`.
         """
         missing = [d for d in self.dims if d != "seed" and d not in index]
