@@ -563,7 +563,9 @@ def sweep(
       keep_state: keep every run's final `TrainResult` (parameters, optimiser and env state) in
         `result`; False keeps only the metrics.
       callback, callback_every: passed to `make_train` (called per run from inside the program;
-        with streams > 1, from several host threads at once).
+        with streams > 1, from several host threads at once). The calls carry no run index, and
+        when the runs do not divide evenly over the streams (or devices), the padding runs (copies
+        of run 0, trimmed from the result) call back too: count on the result, not the calls.
       streams: on one CPU device, the number of host threads that each run an equal share of the
         runs one after another (`lax.map`), concurrently; 1 runs them all as one `vmap`. Default:
         one stream per usable CPU core (capped at the number of runs) on a single CPU device, else
