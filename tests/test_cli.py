@@ -527,3 +527,13 @@ def test_summary_says_when_no_training_episode_ended(tmp_path):
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert saved["final_train_return_per_seed"] == [None]
     assert "no episode ended" in runs.summary_table(run.summary)
+
+
+def test_progress_ends_on_the_last_update_between_callbacks(tmp_path):
+    # 5 updates, a callback every 2: the callbacks stop at update 4, the bar still ends at 5/5.
+    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 5,
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+    bar_text = io.StringIO()
+    runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=2, progress_file=bar_text)
+    lines = [ln for ln in bar_text.getvalue().splitlines() if ln.startswith("update ")]
+    assert lines[-1].startswith("update 5/5"), lines

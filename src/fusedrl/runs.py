@@ -412,6 +412,10 @@ def train_run(
                         raise KeyboardInterrupt from None
                     raise
         run_s = time.perf_counter() - t
+        if bar is not None and monitor.last_update < config.num_updates:
+            # Callbacks come every `every` updates; the bar still ends on the last one.
+            last = jax.device_get({k: v[:, -1:] for k, v in result.metrics.items()})
+            bar.log(config.num_updates, metrics_to_rows(last, first_update=config.num_updates))
     except KeyboardInterrupt:
         summary.update(status="interrupted", updates_logged=monitor.last_update)
         if path is not None:
