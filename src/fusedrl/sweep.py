@@ -305,8 +305,8 @@ class SweepResult:
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 4))
         for value in np.unique(labels):
-            mean, std, _, _ = seed_statistics(curves[labels == value])  # NaN-aware: before episodes end
             group = curves[labels == value]
+            mean, std, _, _ = seed_statistics(group)  # NaN-aware: before episodes end
             (line,) = ax.plot(steps, mean, label=f"{by}={_py(value):g}" if by != "seed" else f"seed {value}")
             if len(group) > 1:
                 ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
