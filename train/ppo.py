@@ -48,16 +48,17 @@ EPISODE_METRICS = ("episode_return", "episode_length")
 
 
 def has_episode(metrics: Mapping[str, Any]):
-    """Whether each update's episode statistics come from a completed episode: False before the
-    first (where they are 0.0, with `episode_length` 0, which no completed episode has)."""
-    return np.asarray(metrics["episode_length"]) > 0
+    """Whether each update's episode statistics (in metrics arrays, or one logged row) come from a
+    completed episode: False before the first (where they are 0.0, with `episode_length` 0, which
+    no completed episode has). True where `episode_length` is not recorded."""
+    return np.asarray(metrics.get("episode_length", 1)) > 0
 
 
 def episode_values(metrics: Mapping[str, Any], name: str) -> np.ndarray:
     """`metrics[name]` as float64, NaN where it is no episode's statistic (`has_episode` False);
     other metrics unchanged. For summaries and plots: `np.nanmax`, gaps in curves."""
     values = np.asarray(metrics[name], np.float64)
-    if name in EPISODE_METRICS and "episode_length" in metrics:
+    if name in EPISODE_METRICS:
         values = np.where(has_episode(metrics), values, np.nan)
     return values
 

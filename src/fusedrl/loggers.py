@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fusedrl.train.ppo import EPISODE_METRICS, METRIC_NAMES
+from fusedrl.train.ppo import EPISODE_METRICS, METRIC_NAMES, has_episode
 
 # Column order of metrics.csv: identifiers first, then the trainer's metrics.
 CSV_COLUMNS = ("update", "seed", "env_steps") + tuple(m for m in METRIC_NAMES if m != "env_steps")
@@ -139,6 +139,6 @@ class WandbLogger:
 def _without_placeholders(row: Mapping[str, Any]) -> dict[str, Any]:
     """`row` without its episode statistics while no episode has ended (the trainer reports 0.0
     with episode_length 0 then, which is no episode's return); metrics.csv keeps them all."""
-    if row.get("episode_length", 1) > 0:
+    if has_episode(row):
         return dict(row)
     return {k: v for k, v in row.items() if k not in EPISODE_METRICS}

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from fusedrl.train.ppo import PPO
+from fusedrl.train.ppo import PPO, has_episode
 
 SEED_AXIS = "seed"  # the axis name `jax.vmap` must use for `SeedTaggedPPO`
 
@@ -228,7 +228,7 @@ class ProgressBar:
         steps = update * self.batch_size
         sps = steps * self.num_seeds / elapsed
         # Seeds before their first completed episode report 0.0 with episode_length 0: no return.
-        known = [r["episode_return"] for r in rows if r.get("episode_length", 1) > 0]
+        known = [r["episode_return"] for r in rows if has_episode(r)]
         ret = f"{float(np.mean(known)):.1f}" if known else "n/a"
         seeds = f" x{self.num_seeds}" if self.num_seeds > 1 else ""
         return f"{_si(steps)} steps{seeds}  {_si(sps)} SPS  return {ret}"
