@@ -199,6 +199,7 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     code, out, err = _cli("train", "--env", CARTPOLE, *TINY_ARGS, "--out", run_dir)
     assert code == 0, err
     assert "host bridge" in err and "update 3/3" in err  # the header and the progress lines
+    assert "(the preset of CartPole-v1; host bridge" in err
     names = sorted(p.name for p in run_dir.iterdir())
     assert names == ["checkpoint", "config.json", "learning_curve.png", "metrics.csv", "summary.json"]
     with open(run_dir / "metrics.csv") as f:
@@ -227,6 +228,21 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     assert isinstance(actions, np.ndarray) and actions.dtype == np.int64
     np.testing.assert_array_equal(actions, expected)
     assert int(pi.act(obs[0])) == expected[0]
+
+
+def test_a_gymnasium_id_takes_the_preset_of_its_jax_twin():
+    from fusedrl.train.presets import has_preset, preset, preset_source
+
+    for twin in ["CartPole-v1", "Pendulum-v1"]:
+        bridged = preset(f"gymnasium:{twin}", lr=1e-4)
+        assert bridged.env_id == f"gymnasium:{twin}" and bridged.lr == 1e-4
+        assert bridged.replace(env_id=twin, lr=preset(twin).lr) == preset(twin)
+        assert preset_source(f"gymnasium:{twin}") == twin and has_preset(f"gymnasium:{twin}")
+    assert preset_source("gymnax:Breakout-MinAtar") == "gymnax:Breakout-MinAtar"
+    # No preset: a Gymnasium env without a JAX twin, and gymnax's Breakout under another prefix.
+    for env_id in ["gymnasium:Taxi-v3", "gymnasium:Breakout-MinAtar", "Breakout-MinAtar"]:
+        assert preset_source(env_id) is None and not has_preset(env_id)
+        assert preset(env_id) == PPOConfig(env_id=env_id)
 
 
 def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):

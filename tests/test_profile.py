@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+import fusedrl
 import fusedrl.bench
 from fusedrl import profile
 
@@ -47,3 +48,12 @@ def test_unknown_env_is_a_clear_error(capsys):
     assert "fusedrl profile: error: Unknown environment id 'CartPol-v1'" in err and "CartPole-v1" in err
     assert profile.main(["--env", "gymnasium:CartPol-v1", *TINY]) == 2
     assert "Unknown Gymnasium environment id 'gymnasium:CartPol-v1'" in capsys.readouterr().err
+
+
+def test_default_config_is_the_preset_one_update_long():
+    for env_id, twin in [("gymnax:Breakout-MinAtar", "gymnax:Breakout-MinAtar"),
+                         ("gymnasium:Pendulum-v1", "Pendulum-v1")]:
+        config = profile.default_config(env_id)
+        expected = fusedrl.preset(twin)
+        assert config.env_id == env_id and config.total_timesteps == 100 * config.batch_size
+        assert config.hidden_sizes == expected.hidden_sizes and config.lr == expected.lr

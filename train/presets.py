@@ -104,14 +104,30 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def preset_source(env_id: str) -> str | None:
+    """The key of `PRESETS` that `preset(env_id)` uses, or None.
+
+    A "gymnasium:" id uses the preset of its JAX twin ("gymnasium:CartPole-v1": "CartPole-v1"):
+    the host bridge trains the same environment (the classic-control twins match Gymnasium
+    transition for transition, tests/test_env_parity.py).
+    """
+    if env_id in PRESETS:
+        return env_id
+    prefix, _, twin = env_id.partition(":")
+    if prefix == "gymnasium" and twin in PRESETS:
+        return twin
+    return None
+
+
 def preset(env_id: str, **overrides) -> PPOConfig:
-    """The tuned `PPOConfig` for `env_id`, with `overrides` applied.
+    """The tuned `PPOConfig` for `env_id` (see `preset_source`), with `overrides` applied.
 
     An env without a preset gets `PPOConfig`'s defaults (PureJaxRL's) and `env_id`.
     """
-    kwargs = {**PRESETS.get(env_id, {}), **overrides, "env_id": env_id}
+    source = preset_source(env_id)
+    kwargs = {**(PRESETS[source] if source else {}), **overrides, "env_id": env_id}
     return PPOConfig(**kwargs)
 
 
 def has_preset(env_id: str) -> bool:
-    return env_id in PRESETS
+    return preset_source(env_id) is not None

@@ -19,7 +19,7 @@ from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides
 from fusedrl.envs import make, registered_ids, space_info
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.train.config import PPOConfig
-from fusedrl.train.presets import has_preset, preset
+from fusedrl.train.presets import has_preset, preset, preset_source
 
 # A user error: printed as `fusedrl COMMAND: error: ...` with exit status 2. One class for every
 # command, so the shared --set parser's errors are caught alike (also by `fusedrl.bench runs`).
@@ -193,7 +193,11 @@ def cmd_train(args) -> int:
                                                     config=config_document(config, options)))
     except ImportError as e:
         raise CLIError(str(e)) from None
-    preset_note = "preset" if has_preset(config.env_id) else "PPOConfig defaults (no preset)"
+    source = preset_source(config.env_id) if args.config is None else None
+    if source is None:
+        preset_note = "from --config" if args.config is not None else "PPOConfig defaults (no preset)"
+    else:
+        preset_note = "preset" if source == config.env_id else f"the preset of {source}"
     if is_host_env_id(config.env_id):
         preset_note += "; host bridge: Gymnasium steps the envs on the host"
     print(f"fusedrl train {config.env_id} ({preset_note}): {options.num_seeds} seed(s), "

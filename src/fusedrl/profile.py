@@ -49,7 +49,7 @@ from fusedrl.envs import Discrete
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.losses import Batch
-from fusedrl.train.presets import PRESETS
+from fusedrl.train.presets import PRESETS, preset_source
 
 MODES = ("fused", "bridge")
 
@@ -89,7 +89,8 @@ def resolve(env_id: str, mode: str | None) -> tuple[str, str]:
 
 def default_config(env_id: str, **overrides) -> PPOConfig:
     """The preset of `env_id` (or of its fused twin for "gymnasium:" ids), one update long."""
-    base = dict(PRESETS.get(env_id.split(":", 1)[-1], {}))
+    source = preset_source(env_id)
+    base = dict(PRESETS[source]) if source else {}
     base.update({k: v for k, v in overrides.items() if v is not None})
     base["env_id"] = env_id
     c = PPOConfig(**{**base, "total_timesteps": base.get("total_timesteps", 10**6)})
