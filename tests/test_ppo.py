@@ -327,8 +327,13 @@ def test_target_kl_stops_an_update_early():
     far = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
                                        two_epochs.params, one_epoch.params))
     assert max(far) > 1e-3  # the second step does move the parameters
-    for name in ("policy_loss", "approx_kl", "entropy"):  # statistics of the step taken
-        np.testing.assert_allclose(stopped.metrics[name], one_epoch.metrics[name], rtol=1e-4, atol=1e-7)
+    # Reported, as SB3 does: the step taken and the evaluation that stopped the next one, the same
+    # two evaluations (same parameters, same full batch) as the two-epoch run's.
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
+        np.testing.assert_allclose(stopped.metrics[name], two_epochs.metrics[name], rtol=1e-4, atol=1e-7)
+    # The first step starts at the rollout's policy (KL 0); the second evaluation found it > 1.5e-7.
+    assert 2 * float(stopped.metrics["approx_kl"][0]) > 1.5e-7
+    assert float(one_epoch.metrics["approx_kl"][0]) < 1e-9
 
 
 def test_data_parallel_shards_share_normalizer_statistics():

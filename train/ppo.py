@@ -324,8 +324,11 @@ class PPO:
     def learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key):
         """`update_epochs` passes of shuffled minibatch gradient steps over a flat batch [B, ...].
 
-        Returns (params, opt_state, the loss statistics' means over the steps taken, the number of
-        steps taken: update_epochs * num_minibatches unless `target_kl` stopped the update early).
+        Returns (params, opt_state, the loss statistics' means, the number of steps taken:
+        update_epochs * num_minibatches unless `target_kl` stopped the update early). After an early
+        stop the means cover the steps taken and the minibatch that stopped them, whose losses and
+        KL were computed but whose step was not taken, as SB3 reports them: so approx_kl shows how
+        far past 1.5 * target_kl the policy had moved.
         """
         c = self.config
         batch_size = batch.advantage.shape[0]
@@ -362,7 +365,8 @@ class PPO:
                 kl = jax.lax.pmean(kl, self.axis_name)
             stopped = carry[2] | (kl > 1.5 * c.target_kl)
             params, opt_state = _unless(stopped, (params, opt_state), (new_params, new_opt_state))
-            return (params, opt_state, stopped), (stats, ~stopped)
+            # Reported: every minibatch evaluated before the stop, the one that triggered it too.
+            return (params, opt_state, stopped), (stats, ~stopped, ~carry[2])
 
         def draw(k):
             return permutations(k, 1, batch_size)[0]
@@ -402,9 +406,10 @@ class PPO:
         if c.target_kl is None:
             steps = jnp.int32(c.update_epochs * c.num_minibatches)
             return params, opt_state, jax.tree.map(jnp.mean, stats), steps
-        stats, taken = stats
+        stats, taken, reported = stats
         steps = taken.sum(dtype=jnp.int32)  # >= 1: the first step starts at the rollout's policy
-        mean = jax.tree.map(lambda x: jnp.sum(jnp.where(taken, x, 0.0)) / jnp.maximum(steps, 1), stats)
+        n = reported.sum(dtype=jnp.int32)
+        mean = jax.tree.map(lambda x: jnp.sum(jnp.where(reported, x, 0.0)) / n, stats)
         return params, opt_state, mean, steps
 
     def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
