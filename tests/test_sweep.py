@@ -190,6 +190,22 @@ def test_to_table_counts_episode_statistics_from_the_first_completed_episode():
     dataclasses.replace(r, metrics=metrics).plot(by="lr")  # NaN-aware, and no warnings
 
 
+def test_sweep_cli_summary_puts_combinations_without_episodes_last():
+    from fusedrl.sweep_cli import format_summary, summary_rows
+
+    r = _synthetic()
+    curves = -1.0 - np.asarray(r.metrics["episode_return"])
+    lengths = np.full(curves.shape, 200)
+    lengths[1, 0, :] = 0  # seed 1 at lr 1e-4 never completed an episode
+    curves[lengths == 0] = 0.0
+    r = dataclasses.replace(r, metrics={**r.metrics, "episode_return": curves, "episode_length": lengths})
+    rows = summary_rows(r)
+    assert [row["lr"] for row in rows] == [3e-4, 1e-4]
+    assert rows[0]["last10_return_mean"] == -59.5 and rows[0]["seeds"] == 2  # -39.5 and -79.5
+    assert np.isnan(rows[1]["last10_return_mean"])  # not a return: seed 1 has none
+    assert format_summary(r).splitlines()[1].startswith("0.0003")
+
+
 def test_sel_in_zip_mode_selects_trials():
     r = _synthetic("zip")
     one = r.sel(lr=3e-4, seed=1)

@@ -270,7 +270,10 @@ def _run(args) -> int:
 
 
 def summary_rows(result, metric: str = "episode_return") -> list[dict[str, Any]]:
-    """Mean (and std) over seeds of the per-run summaries, one row per combination, best first."""
+    """Mean (and std) over seeds of the per-run summaries, one row per combination, best first.
+
+    A run in which no episode ended has NaN summaries (`SweepResult.to_table`), and so has its
+    combination's mean: such combinations come last."""
     rows = result.to_table(metric)
     short = metric.removeprefix("episode_")
     key_names = [d for d in result.dims if d != "seed"] + [f for f in result.fields if f not in result.dims]
@@ -286,7 +289,7 @@ def summary_rows(result, metric: str = "episode_return") -> list[dict[str, Any]]
             entry[f"{stat}_{short}_mean"] = float(vals.mean())
             entry[f"{stat}_{short}_std"] = float(vals.std())
         out.append(entry)
-    out.sort(key=lambda e: -e[f"last10_{short}_mean"])
+    out.sort(key=lambda e: (np.isnan(e[f"last10_{short}_mean"]), -e[f"last10_{short}_mean"]))
     return out
 
 
