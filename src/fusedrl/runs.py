@@ -57,7 +57,7 @@ from fusedrl.sweep import (
     update_pieces,
 )
 from fusedrl.train.config import PPOConfig
-from fusedrl.train.ppo import TrainResult
+from fusedrl.train.ppo import TrainResult, has_episode
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.csv"
@@ -452,12 +452,12 @@ def train_run(
         t = time.perf_counter()
         returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes)
         per_seed = returns.mean(axis=1)
-        last_train = np.asarray(result.metrics["episode_return"])[:, -1]
-        ended = np.asarray(result.metrics["episode_length"])[:, -1] > 0  # else no episode has ended
-        last_train = [round(float(x), 3) if e else None for x, e in zip(last_train, ended, strict=True)]
+        last = {k: np.asarray(result.metrics[k])[:, -1] for k in ("episode_return", "episode_length")}
+        last_train = [round(float(x), 3) if e else None  # None: no episode has ended
+                      for x, e in zip(last["episode_return"], has_episode(last), strict=True)]
         summary.update(
             eval_episodes=options.eval_episodes,
-            eval_seed=options.seed + 1,
+            eval_seed=eval_seed(options),
             eval_return_per_seed=[round(float(x), 3) for x in per_seed],
             eval_return_mean=round(float(per_seed.mean()), 3),
             eval_return_std=round(float(per_seed.std()), 3),
@@ -497,9 +497,13 @@ def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monito
     return jax.tree.map(lambda x: x[None], result)
 
 
+def eval_seed(options: RunOptions) -> int:
+    """The seed of the greedy evaluation in summary.json (`evaluate_run`'s default): seed + 1."""
+    return options.seed + 1
+
+
 def eval_key(options: RunOptions) -> jax.Array:
-    """The key of the greedy evaluation in summary.json (`evaluate_run`'s default)."""
-    return jax.random.key(options.seed + 1)
+    return jax.random.key(eval_seed(options))
 
 
 def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int) -> np.ndarray:
