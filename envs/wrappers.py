@@ -490,6 +490,16 @@ def _depth(venv, cls) -> int:
     return depth
 
 
+def find_wrapper(venv, cls: type):
+    """The outermost wrapper (or the `VecEnv`) of type `cls` in the stack `venv`; None if none is."""
+    w = venv
+    while not isinstance(w, cls):
+        if not isinstance(w, VecEnvWrapper):
+            return None
+        w = w.venv
+    return w
+
+
 def find_wrapper_state(venv, state, cls: type):
     """The state of the outermost wrapper of type `cls` in the stack `venv` whose state is `state`.
 

@@ -14,6 +14,7 @@ import sys
 import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -243,6 +244,27 @@ def test_load_policy_single_batch_and_seed(trained):
         policy.load(run_dir, seed=2)
     with pytest.raises(ValueError, match=r"shape \(4,\)"):
         policy.load(run_dir).act(np.zeros(3))
+
+
+def test_loaded_policy_normalises_observations_as_training_did(tmp_path):
+    # Pendulum with normalize_obs: greedy = the network's mode on observations normalised with the
+    # run's frozen statistics (the wrapper's epsilon and clip), clipped to the action space.
+    from fusedrl.envs import wrappers as W
+
+    config = PPOConfig(env_id="Pendulum-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 2,
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True)
+    run = runs.train_run(config, tmp_path / "run", eval_episodes=1, progress_file=io.StringIO())
+    pi = policy.load(tmp_path / "run")
+    obs = np.asarray(jax.random.normal(jax.random.key(0), (64, 3)) * 3.0, np.float32)
+    state = jax.tree.map(lambda x: x[0], run.result.state)
+    stats = pi.trainer.obs_stats(state, run.result.hparams)
+    assert float(jnp.max(jnp.abs(stats.mean))) > 0.01  # the statistics moved: normalising matters
+    wrapper = W.find_wrapper(pi.trainer.make_env(run.result.hparams, num_envs=1), W.NormalizeObservation)
+    x = stats.normalize(jnp.asarray(obs), epsilon=wrapper.epsilon, clip=wrapper.clip)
+    mode = np.asarray(pi.trainer.network.apply(state.params, x)[0].mode())
+    np.testing.assert_allclose(np.asarray(pi.act(obs)), np.clip(mode, -2.0, 2.0), rtol=1e-6)
+    raw = np.asarray(pi.trainer.network.apply(state.params, jnp.asarray(obs))[0].mode())
+    assert not np.allclose(np.clip(raw, -2.0, 2.0), np.clip(mode, -2.0, 2.0))
 
 
 # -------------------------------------------------------------------------------- bad input

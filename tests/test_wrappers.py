@@ -25,6 +25,7 @@ from fusedrl.envs.wrappers import (
     NormalizeObservation,
     NormalizeReward,
     RunningMeanStd,
+    find_wrapper,
     find_wrapper_state,
     replace_wrapper_state,
 )
@@ -487,6 +488,10 @@ def test_find_and_replace_wrapper_state(cartpole):
         find_wrapper_state(stack, state, ClipAction)
     bottom = find_wrapper_state(stack, state, VecEnv)  # the stack's own VecEnv, under every wrapper
     assert bottom is episode.inner and bottom.env_state.x.shape == (N,)
+    assert find_wrapper(stack, NormalizeObservation) is stack
+    assert find_wrapper(stack, EpisodeStatistics) is stack.venv.venv
+    assert find_wrapper(stack, VecEnv) is stack.venv.venv.venv  # the VecEnv under EpisodeStatistics
+    assert find_wrapper(stack, ClipAction) is None
 
 
 def test_composed_stack_vmaps_over_seeds_and_matches_references(toy):

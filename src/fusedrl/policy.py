@@ -49,12 +49,8 @@ class Policy:
             self.obs_shape = tuple(self.trainer.env.observation_space(self.trainer.env_params).shape)
             stats = self.trainer.obs_stats(state, hparams)
             venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=stats)
-            norm = None
-            while isinstance(venv, W.VecEnvWrapper):
-                if isinstance(venv, W.NormalizeObservation):
-                    norm = (venv.epsilon, venv.clip)
-                    break
-                venv = venv.venv
+            wrapper = W.find_wrapper(venv, W.NormalizeObservation)
+            norm = None if wrapper is None else (wrapper.epsilon, wrapper.clip)
         self.obs_stats = self.trainer.obs_stats(state, hparams)
         self._norm = norm if self.obs_stats is not None else None
         self._act = jax.jit(self._act_batch)
