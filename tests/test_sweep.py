@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import chex
 import jax
@@ -325,6 +326,28 @@ def test_streams_in_pieces_agree_with_whole_runs_and_call_back_alike(swept, monk
     assert calls["whole"] == calls["pieces"] == 6  # 6 runs, one call each (update 2 of 3)
 
 
+@pytest.mark.parametrize("streams", [2, 1])
+def test_sweep_callback_names_each_run_and_padding_runs_stay_silent(streams):
+    # 3 runs on 2 streams: one padding run (a copy of run 0) that must not call back; on 1 stream
+    # (the vmap) none. Every call carries its run's index into the result's flattened shape.
+    config = PPOConfig(**SMALL)
+    calls = []
+    lock = threading.Lock()
+
+    def record(metrics):
+        with lock:
+            calls.append((metrics["run"], int(metrics["env_steps"]), float(metrics["policy_loss"])))
+
+    result = sweep(config, 1, lr=LRS, streams=streams, callback=record)
+    updates = config.num_updates
+    assert sorted((run, steps) for run, steps, _ in calls) == [
+        (run, (u + 1) * config.batch_size) for run in range(3) for u in range(updates)]
+    for run, steps, loss in calls:
+        pos = np.unravel_index(run, result.shape)
+        assert loss == result.metrics["policy_loss"][pos][steps // config.batch_size - 1]
+    assert "run" not in result.metrics and "_run" not in result.metrics
+
+
 def test_default_streams_follow_the_devices():
     cpu = jax.devices("cpu")[0]
     cores = sweep_module.usable_cores()
@@ -341,7 +364,7 @@ def test_sweep_cli_progress_counts_calls_across_runs():
 
     out = io.StringIO()
     progress = _Progress(num_runs=3, calls_per_run=10, steps_per_call=100, file=out)
-    for _ in range(3 * 10 + 2):  # two more calls from a padding run
+    for _ in range(3 * 10):
         progress({"env_steps": 0})
     lines = out.getvalue().splitlines()
     assert [float(x.split("%")[0]) for x in lines] == pytest.approx([10 * i for i in range(1, 11)], abs=0.5)

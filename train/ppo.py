@@ -471,13 +471,14 @@ class PPO:
     # ------------------------------------------------------------------------------------- run
     def run(
         self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None,
-        first_update: int = 0,
+        first_update: int = 0, *, callback_extra: Mapping[str, Any] | None = None,
     ) -> TrainResult:
         """Continues training from `state` for `num_updates` updates (default: the config's).
 
         `first_update` (an int, possibly traced): the index of the first of them in the whole run,
         so that a run continued in pieces calls back on the same updates as one run would
-        (`fusedrl.sweep`'s streams run in pieces).
+        (`fusedrl.sweep`'s streams run in pieces). `callback_extra`: arrays (possibly traced) added
+        to the metrics the callback receives, not to the result's (`fusedrl.sweep`: the run index).
         """
         hparams = self._check_hparams(hparams)
         n = self.config.num_updates if num_updates is None else int(num_updates)
@@ -492,7 +493,7 @@ class PPO:
                     (i + 1) % self.callback_every == 0,
                     lambda m: jax.debug.callback(self.callback, m),
                     lambda m: None,
-                    metrics,
+                    {**metrics, **(callback_extra or {})},
                 )
             return state, metrics
 

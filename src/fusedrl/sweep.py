@@ -562,10 +562,11 @@ def sweep(
       devices: devices to split the runs over (default: all of `jax.devices()`, on every host).
       keep_state: keep every run's final `TrainResult` (parameters, optimiser and env state) in
         `result`; False keeps only the metrics.
-      callback, callback_every: passed to `make_train` (called per run from inside the program;
-        with streams > 1, from several host threads at once). The calls carry no run index, and
-        when the runs do not divide evenly over the streams (or devices), the padding runs (copies
-        of run 0, trimmed from the result) call back too: count on the result, not the calls.
+      callback, callback_every: passed to `make_train` (called per run every `callback_every`
+        updates from inside the program; with streams > 1, from several host threads at once).
+        Its metrics carry "run" too: the run's index in the result's flattened (C-order) shape
+        [num_seeds, *axis sizes] (`np.unravel_index(m["run"], shape)`). Padding runs (see
+        below) do not call back.
       streams: on one CPU device, the number of host threads that each run an equal share of the
         runs one after another (`lax.map`), concurrently; 1 runs them all as one `vmap`. Default:
         one stream per usable CPU core (capped at the number of runs) on a single CPU device, else
@@ -596,11 +597,14 @@ def sweep(
     padded = -(-num_runs // num_parts) * num_parts
     # Run r of the flattened (C-order) grid; padding repeats run 0 and is trimmed afterwards.
     run_index = np.concatenate([np.arange(num_runs), np.zeros(padded - num_runs, int)])
+    tags = np.concatenate([np.arange(num_runs), np.full(padded - num_runs, -1)]).astype(np.int32)
     seed_of_run = np.indices(shape)[0].reshape(-1)[run_index]
     key_impl = jax.random.key_impl(key)
     run_keys = np.asarray(jax.random.key_data(seed_keys))[seed_of_run]
     swept = tuple((n, "hp" if n in TRACED_FIELDS else "env") for n in values)
     batched = {n: values[n].reshape(-1)[run_index] for n in values}
+    if callback is not None:  # "run" for the callback: -1 marks padding, which calls no one
+        batched[RUN_TAG] = tags
 
     program, sharding = _program(_static_part(config), swept, devices, str(key_impl), callback,
                                  callback_every, streams > 1)
@@ -758,13 +762,30 @@ def run_shares(part: Callable[[int], Any], streams: int, thread_name_prefix: str
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
 
+RUN_TAG = "_run"  # the run index among the swept values, when there is a callback
+
+
+class _RunCallback:
+    """The user's sweep callback, given the run index as "run" and not called for padding runs
+    (index -1)."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def __call__(self, metrics):
+        run = int(metrics["run"])
+        if run >= 0:
+            self.callback({**metrics, "run": run})
+
+
 @functools.lru_cache(maxsize=16)
 def _program(config, swept, devices, key_impl, callback, callback_every, mapped=False):
     """The jitted sweep program for a (static config, set of swept fields, devices): compiled
     once, reused by later sweeps of the same shapes. Returns (program, run-axis sharding or None).
     mapped: for one stream of several, a `StreamProgram` that runs its runs one after another
     (`lax.map`) and in pieces of updates, instead of a vmap of whole runs."""
-    train = make_train(config, callback=callback, callback_every=callback_every)
+    train = make_train(config, callback=None if callback is None else _RunCallback(callback),
+                       callback_every=callback_every)
 
     def hparams_of(swept_values, base):
         hp = {n: swept_values[n] for n, kind in swept if kind == "hp"}
@@ -774,6 +795,9 @@ def _program(config, swept, devices, key_impl, callback, callback_every, mapped=
     def key_of(key_data):
         return jax.random.wrap_key_data(key_data, impl=key_impl)
 
+    def tag_of(swept_values):
+        return {"run": swept_values[RUN_TAG]} if RUN_TAG in swept_values else None
+
     if mapped:
         def init(keys, swept_values, base):
             return jax.lax.map(lambda xs: train.init(key_of(xs[0]), hparams_of(xs[1], base)),
@@ -781,15 +805,21 @@ def _program(config, swept, devices, key_impl, callback, callback_every, mapped=
 
         def advance(states, swept_values, base, first_update, num_updates):
             return jax.lax.map(
-                lambda xs: train.run(xs[0], hparams_of(xs[1], base), num_updates, first_update),
+                lambda xs: train.run(xs[0], hparams_of(xs[1], base), num_updates, first_update,
+                                     callback_extra=tag_of(xs[1])),
                 (states, swept_values),
             )
 
         return StreamProgram(jax.jit(init), jax.jit(advance, static_argnums=4)), None
 
+    def one_run(key_data, swept_values, base):
+        hparams = hparams_of(swept_values, base)
+        return train.run(train.init(key_of(key_data), hparams), hparams,
+                         callback_extra=tag_of(swept_values))
+
     def runs(keys, swept_values, base):
         # Only swept leaves carry the run axis; the unswept `base` is shared, not copied per run.
-        return jax.vmap(lambda k, v: train(key_of(k), hparams_of(v, base)))(keys, swept_values)
+        return jax.vmap(lambda k, v: one_run(k, v, base))(keys, swept_values)
 
     if len(devices) == 1:
         return jax.jit(runs), None

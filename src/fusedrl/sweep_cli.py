@@ -201,7 +201,7 @@ class _Progress:
             if self.start is None:
                 self.start = now
                 return
-            frac = min(self.calls / self.expected, 1.0)  # padding runs call it too
+            frac = self.calls / self.expected  # padding runs do not call back
             if frac + 1e-9 >= self.next_mark:
                 elapsed = now - self.start
                 rate = (self.calls - 1) * self.steps_per_call / elapsed if elapsed > 0 else 0.0
