@@ -138,11 +138,16 @@ def test_same_key_bit_identical(small):
 
 
 def test_no_host_transfers_inside_train(small):
-    _, _, jitted, _ = small
+    config, _, jitted, _ = small
     key = jax.random.key(3)
     with jax.transfer_guard("disallow"):
         out = jitted(key)
         jax.block_until_ready(out)
+    # The guard sees transfers of arguments and results, not host callbacks inside the program
+    # (a jax.debug.callback runs under it unnoticed), so the compiled program is checked too.
+    assert "callback" not in jitted.lower(key).as_text()
+    with_callback = jax.jit(make_train(config, callback=lambda m: None))
+    assert "callback" in with_callback.lower(key).as_text()  # what the check looks for
 
 
 @pytest.fixture(scope="module")

@@ -517,4 +517,6 @@ def test_composed_stack_vmaps_over_seeds_and_matches_references(toy):
 def test_all_wrappers_run_without_host_transfers(toy):
     with jax.transfer_guard("disallow"):  # the program is compiled; its arguments live on device
         again = toy.program(*toy.args)
+    # The guard does not see host callbacks inside the program: the program text must have none.
+    assert "callback" not in toy.program.lower(*toy.args).as_text()
     np.testing.assert_array_equal(again["stack_seeds"].obs, toy.runs["stack_seeds"].obs)
