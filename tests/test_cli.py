@@ -248,23 +248,33 @@ def test_load_policy_single_batch_and_seed(trained):
 
 def test_loaded_policy_normalises_observations_as_training_did(tmp_path):
     # Pendulum with normalize_obs: greedy = the network's mode on observations normalised with the
-    # run's frozen statistics (the wrapper's epsilon and clip), clipped to the action space.
+    # run's frozen statistics (the wrapper's epsilon and clip), clipped to the run's action space.
     from fusedrl.envs import wrappers as W
 
     config = PPOConfig(env_id="Pendulum-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 2,
-                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True)
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,
+                       env_params={"max_torque": 4.0})  # the run's action bounds: +-4, not +-2
     run = runs.train_run(config, tmp_path / "run", eval_episodes=1, progress_file=io.StringIO())
     pi = policy.load(tmp_path / "run")
+    # Greedy torques beyond 2 (an actor bias of 3), so clipping to the default bounds would show.
+    head = pi.params["params"]["actor_head"]
+    pi.params["params"]["actor_head"] = {**head, "bias": head["bias"] + 3.0}
     obs = np.asarray(jax.random.normal(jax.random.key(0), (64, 3)) * 3.0, np.float32)
     state = jax.tree.map(lambda x: x[0], run.result.state)
     stats = pi.trainer.obs_stats(state, run.result.hparams)
     assert float(jnp.max(jnp.abs(stats.mean))) > 0.01  # the statistics moved: normalising matters
     wrapper = W.find_wrapper(pi.trainer.make_env(run.result.hparams, num_envs=1), W.NormalizeObservation)
     x = stats.normalize(jnp.asarray(obs), epsilon=wrapper.epsilon, clip=wrapper.clip)
-    mode = np.asarray(pi.trainer.network.apply(state.params, x)[0].mode())
-    np.testing.assert_allclose(np.asarray(pi.act(obs)), np.clip(mode, -2.0, 2.0), rtol=1e-6)
-    raw = np.asarray(pi.trainer.network.apply(state.params, jnp.asarray(obs))[0].mode())
-    assert not np.allclose(np.clip(raw, -2.0, 2.0), np.clip(mode, -2.0, 2.0))
+    mode = np.asarray(pi.trainer.network.apply(pi.params, x)[0].mode())
+    assert np.any(np.abs(mode) > 2.5)
+    np.testing.assert_allclose(np.asarray(pi.act(obs)), np.clip(mode, -4.0, 4.0), rtol=1e-6)
+    raw = np.asarray(pi.trainer.network.apply(pi.params, jnp.asarray(obs))[0].mode())
+    assert not np.allclose(np.clip(raw, -4.0, 4.0), np.clip(mode, -4.0, 4.0))
+    # A sweep's run keeps its own env params in hparams (policy.load slices them per run), not in
+    # the config: the bounds come from hparams.
+    hparams = jax.tree.map(lambda x: x[0] if np.ndim(x) else x, run.result.hparams)
+    swept = policy.Policy(config.replace(env_params={}), state.replace(params=pi.params), hparams)
+    np.testing.assert_allclose(np.asarray(swept.act(obs)), np.clip(mode, -4.0, 4.0), rtol=1e-6)
 
 
 # -------------------------------------------------------------------------------- bad input

@@ -46,7 +46,7 @@ class Policy:
             norm = (_NORM_EPS, _NORM_CLIP)
         else:
             self.trainer = make_train(config)
-            self.obs_shape = tuple(self.trainer.env.observation_space(self.trainer.env_params).shape)
+            self.obs_shape = tuple(self.trainer.env.observation_space(hparams.env_params).shape)
             stats = self.trainer.obs_stats(state, hparams)
             venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=stats)
             wrapper = W.find_wrapper(venv, W.NormalizeObservation)
@@ -63,7 +63,7 @@ class Policy:
         pi, _ = self.trainer.network.apply(self.params, x)
         action = pi.mode() if key is None else pi.sample(key)
         if not self.trainer.discrete and self._decode is None:  # the bridge's decode clips on the host
-            space = self.trainer.env.action_space(self.trainer.env_params)
+            space = self.trainer.env.action_space(self.hparams.env_params)  # the run's bounds
             low = jnp.broadcast_to(jnp.asarray(space.low, action.dtype), action.shape[1:])
             high = jnp.broadcast_to(jnp.asarray(space.high, action.dtype), action.shape[1:])
             action = jnp.clip(action, low[None], high[None])
