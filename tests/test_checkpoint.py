@@ -129,3 +129,22 @@ def test_save_replaces_atomically(runs, tmp_path):
     ckpt.save(target, config, half.state, half.hparams)  # overwrite an existing checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no temp or old copies left
     assert (target / "meta.json").is_file()
+
+
+@pytest.mark.parametrize("make_key", [lambda: jax.random.key(5, impl="rbg"), lambda: jax.random.PRNGKey(5)],
+                         ids=["rbg", "legacy uint32"])
+def test_other_key_kinds_save_and_restore(make_key, tmp_path):
+    # A run started from an rbg key keeps rbg keys; one started from a legacy uint32 key gets typed
+    # (threefry) keys with the same streams. Both checkpoints restore what was saved.
+    config = PPOConfig(**{**SMALL, "total_timesteps": 4 * 16})
+    train = make_train(config)
+    state = jax.jit(train.init)(make_key())
+    path = ckpt.save(tmp_path / "checkpoint", config, state, train.default_hparams())
+    _, restored, _, _ = ckpt.restore(path)
+    assert jax.random.key_impl(restored.key) == jax.random.key_impl(state.key)
+    for name, value in _leaves(state).items():
+        np.testing.assert_array_equal(_leaves(restored)[name], value, err_msg=name)
+    if make_key().dtype == np.uint32:
+        typed = jax.jit(train.init)(jax.random.key(5))
+        for name, value in _leaves(typed).items():
+            np.testing.assert_array_equal(_leaves(state)[name], value, err_msg=name)

@@ -47,6 +47,14 @@ METRIC_NAMES = (
 EPISODE_METRICS = ("episode_return", "episode_length")
 
 
+def typed_key(key: jax.Array) -> jax.Array:
+    """`key` as a typed PRNG key: a legacy uint32 key (`jax.random.PRNGKey`) is wrapped, with the
+    same random streams, so every state holds typed keys (and checkpoints restore them)."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(key)
+
+
 def has_episode(metrics: Mapping[str, Any]):
     """Whether each update's episode statistics (in metrics arrays, or one logged row) come from a
     completed episode: False before the first (where they are 0.0, with `episode_length` 0, which
@@ -249,7 +257,7 @@ class PPO:
     # ------------------------------------------------------------------------------------ init
     def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
         hparams = self._check_hparams(hparams)
-        k_env, k_net, key = jax.random.split(key, 3)
+        k_env, k_net, key = jax.random.split(typed_key(key), 3)
         if self.axis_name is not None:  # data parallel: shard-specific envs and actions, shared params
             shard = jax.lax.axis_index(self.axis_name)
             k_env, key = jax.random.fold_in(k_env, shard), jax.random.fold_in(key, shard)

@@ -32,7 +32,7 @@ from flax import struct
 from fusedrl.envs.host import HostEnv, HostEnvError, is_host_env_id
 from fusedrl.envs.wrappers import RunningMeanStd
 from fusedrl.train.config import Hyperparams, PPOConfig
-from fusedrl.train.ppo import PPO, RunnerState, TrainResult, Transition
+from fusedrl.train.ppo import PPO, RunnerState, TrainResult, Transition, typed_key
 
 # The normalisers' settings, as in fusedrl.envs.wrappers (NormalizeObservation / NormalizeReward).
 _NORM_EPS = 1e-8
@@ -126,7 +126,7 @@ class HostPPO(PPO):
         until `run` resets the host envs."""
         hparams = self._check_hparams(hparams)
         c = self.config
-        k_env, k_net, key = jax.random.split(key, 3)
+        k_env, k_net, key = jax.random.split(typed_key(key), 3)
         del k_env  # same split as PPO.init, so the network's init key matches the fused path's
         obs = jnp.zeros((c.num_envs, self.env.obs_dim), jnp.float32)
         params = self.network.init(k_net, obs[:1])

@@ -144,14 +144,16 @@ def config_differences(saved: Mapping[str, Any], expected: PPOConfig) -> list[st
     return lines
 
 
-def templates(config: PPOConfig, num_seeds: int | None):
-    """Abstract (shape/dtype) state and hparams a checkpoint of `config` must match."""
+def templates(config: PPOConfig, num_seeds: int | None, key_impl: str | None = None):
+    """Abstract (shape/dtype) state and hparams a checkpoint of `config` must match; its PRNG keys
+    of `key_impl` (default: JAX's default)."""
     train = make_train(config)
     hparams = config.hparams(train.env_params)
+    key = jax.random.key(0, impl=key_impl)
     if num_seeds is None:
-        state = jax.eval_shape(train.init, jax.random.key(0), hparams)
+        state = jax.eval_shape(train.init, key, hparams)
     else:
-        keys = jax.random.split(jax.random.key(0), num_seeds)
+        keys = jax.random.split(key, num_seeds)
         state = jax.eval_shape(jax.vmap(train.init, in_axes=(0, None)), keys, hparams)
     return state, hparams
 
@@ -181,7 +183,8 @@ def restore(path: str | os.PathLike, config: PPOConfig | None = None):
                 f"{path} does not match the expected config; differing field(s):\n  " + "\n  ".join(diffs)
             )
     num_seeds = meta.get("num_seeds")
-    state_t, hparams_t = templates(saved_config, num_seeds)
+    key_impls = set(meta.get("prng_keys", {}).values())  # a run's keys share one impl
+    state_t, hparams_t = templates(saved_config, num_seeds, key_impls.pop() if len(key_impls) == 1 else None)
     template = {"state": state_t, "hparams": hparams_t}
     leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
     names = [_path_name(p) for p, _ in leaves]
