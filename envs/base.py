@@ -64,12 +64,18 @@ def check_params(env, params):
 def check_action(space, action, env_name: str, batch_shape: tuple[int, ...] = ()):
     """Checks an action's shape and dtype against `space` at trace time; returns it as an array.
 
+    A `Discrete(n)` action given as a host value (a Python int or NumPy array) must lie in
+    0..n-1; a traced or device array cannot be checked without a host round trip, so it is clipped
+    to that range (as JAX clamps an out-of-range index), never used as an out-of-range force.
+
     Args:
       space: the env's action space (gymnax `Discrete` or `Box`).
       action: the action, with leading `batch_shape` axes.
       env_name: named in the error message.
       batch_shape: leading axes expected before the space's own shape (e.g. `(num_envs,)`).
     """
+    host = isinstance(action, int | np.integer | np.ndarray | list | tuple)
+    host_value = np.asarray(action) if host else None
     action = jnp.asarray(action)
     expected = tuple(batch_shape) + tuple(space.shape)
     if isinstance(space, spaces.Discrete):
@@ -89,6 +95,14 @@ def check_action(space, action, env_name: str, batch_shape: tuple[int, ...] = ()
         raise ValueError(
             f"{env_name}: action has shape {action.shape}, expected {expected}{hint} for {space!r}."
         )
+    if isinstance(space, spaces.Discrete):
+        n = int(space.n)
+        if host_value is not None and np.any((host_value < 0) | (host_value >= n)):
+            raise ValueError(
+                f"{env_name}: action {host_value.tolist()} is outside {space!r}: actions are the "
+                f"integers 0..{n - 1}."
+            )
+        action = jnp.clip(action, 0, n - 1)
     # A Python int/float is weakly typed; casting to the space's dtype keeps one compiled program.
     dtype = getattr(space, "dtype", None)
     return action if dtype is None else action.astype(dtype)

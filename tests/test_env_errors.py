@@ -109,6 +109,27 @@ def test_step_rejects_wrong_action_shape_and_dtype(env_id):
         assert env.name in str(exc.value)
 
 
+@pytest.mark.parametrize("env_id, n", [("CartPole-v1", 2), ("Acrobot-v1", 3), ("MountainCar-v0", 3)])
+def test_out_of_range_discrete_actions(env_id, n):
+    # From the host: an error naming the range. Traced (no host check possible): clipped to
+    # 0..n-1, so an action of n + 2 is the largest action, never a larger force or torque.
+    env, params = fusedrl.make(env_id)
+    state = _state(env, params)
+    key = jax.random.key(0)
+    for bad in (n, -1, np.int32(n + 2), np.array(n)):
+        with pytest.raises(ValueError, match=rf"outside Discrete\({n},.*integers 0\.\.{n - 1}\.") as exc:
+            env.step(key, state, bad, params)
+        assert env.name in str(exc.value)
+    step = jax.jit(lambda a: env.step(key, state, a, params)[0])
+    np.testing.assert_array_equal(step(jnp.int32(n + 2)), step(jnp.int32(n - 1)))
+    np.testing.assert_array_equal(step(jnp.int32(-3)), step(jnp.int32(0)))
+    assert not np.array_equal(step(jnp.int32(0)), step(jnp.int32(n - 1)))
+    vec = VecEnv(env, 2)
+    vstate = _vec_state(vec, params)
+    with pytest.raises(ValueError, match="outside"):
+        vec.step(vstate, np.array([0, n]), params)
+
+
 @pytest.mark.parametrize("env_id", [*OUR_IDS, "gymnax:Catch-bsuite"])
 def test_vecenv_step_rejects_wrong_action_shape_and_dtype(env_id):
     env, params = fusedrl.make(env_id)
