@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from fusedrl.envs.base import Box, Discrete
-
-GYMNASIUM_PREFIX = "gymnasium:"
+from fusedrl.envs.registry import GYMNASIUM_PREFIX
 
 SUPPORTED_SPACES = "observations: Box (any shape) or Discrete; actions: Discrete or 1-D Box"
 

@@ -7,19 +7,24 @@ from collections.abc import Callable
 from typing import Any
 
 GYMNAX_PREFIX = "gymnax:"
+GYMNASIUM_PREFIX = "gymnasium:"  # the host bridge's (envs/host.py)
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 
-def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = False) -> None:
-    """Registers `factory(**kwargs) -> env` under `env_id`, for `fusedrl.make(env_id)`.
+def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False) -> None:
+    """Registers `factory() -> env` under `env_id`, for `fusedrl.make(env_id, **overrides)`.
 
-    The env must follow the gymnax contract (`reset`, `step`, `default_params`, spaces).
+    `factory` takes no arguments: `make`'s keyword arguments change the env's params (fields of
+    its `default_params`), not how it is built. The env must follow the gymnax contract (`reset`,
+    `step`, `default_params`, spaces).
     """
     if not isinstance(env_id, str) or not env_id:
         raise TypeError(f"env_id must be a non-empty string, got {env_id!r}.")
-    if env_id.startswith(GYMNAX_PREFIX):
-        raise ValueError(f"ids starting with {GYMNAX_PREFIX!r} are reserved for gymnax environments.")
+    for prefix, owner in ((GYMNAX_PREFIX, "gymnax"), (GYMNASIUM_PREFIX, "Gymnasium (the host bridge)")):
+        if env_id.startswith(prefix):
+            raise ValueError(f"ids starting with {prefix!r} are reserved for {owner} environments; "
+                             f"register {env_id[len(prefix):]!r} instead.")
     if not callable(factory):
         raise TypeError(f"factory for {env_id!r} must be callable, got {type(factory).__name__}.")
     if env_id in _REGISTRY and not overwrite:
@@ -40,9 +45,21 @@ def registered_ids(include_gymnax: bool = True) -> list[str]:
 def _unknown(env_id: str, valid: list[str]) -> ValueError:
     close = difflib.get_close_matches(env_id, valid, n=len(valid), cutoff=0.0)
     return ValueError(
-        f"Unknown environment id {env_id!r}. Valid ids, closest first: {', '.join(close)}. "
-        f"Use fusedrl.register(...) to add your own."
+        f"Unknown environment id {env_id!r}. {_gymnasium_hint(env_id)}Valid ids, closest first: "
+        f"{', '.join(close)}. Use fusedrl.register(...) to add your own."
     )
+
+
+def _gymnasium_hint(env_id: str) -> str:
+    """A pointer to the host bridge when `env_id` is a Gymnasium id (if Gymnasium is installed)."""
+    try:
+        import gymnasium
+    except ImportError:
+        return ""
+    if env_id in gymnasium.envs.registry:
+        return (f"Gymnasium has it: {GYMNASIUM_PREFIX + env_id!r} trains it through the host bridge "
+                f"(its envs step on the host). ")
+    return ""
 
 
 def make(env_id: str, **overrides) -> tuple[Any, Any]:
@@ -61,7 +78,7 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}.")
     # --- host bridge: "gymnasium:<id>" is a Gymnasium env stepped on the host (envs/host.py).
-    if env_id.startswith("gymnasium:"):
+    if env_id.startswith(GYMNASIUM_PREFIX):
         from fusedrl.envs.host import make_host_env  # lazy: gymnasium is optional
 
         return make_host_env(env_id, **overrides)

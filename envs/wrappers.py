@@ -343,10 +343,12 @@ class NormalizeRewardState(WrapperState):
 class NormalizeReward(VecEnvWrapper):
     """Scales rewards by the running standard deviation of the discounted return.
 
-    As Gymnasium's `NormalizeReward` and SB3's `VecNormalize`: per env,
-    `G_t = G_{t-1} * gamma * (1 - done_{t-1}) + r_t` with `done = terminated | truncated`; the
-    statistics absorb `G_t` [N] (if `update`), then the reward becomes
-    `clip(r_t / sqrt(var(G) + epsilon))`. Rewards are scaled, never shifted.
+    As SB3's `VecNormalize`: per env, `G_t = G_{t-1} * gamma * (1 - done_{t-1}) + r_t` with
+    `done = terminated | truncated`; the statistics absorb `G_t` [N] (if `update`), then the reward
+    becomes `clip(r_t / sqrt(var(G) + epsilon))`. Rewards are scaled, never shifted. Gymnasium
+    1.x's `NormalizeReward` differs at episode ends: its `G_t = G_{t-1} * gamma * (1 -
+    terminated_t) + r_t` drops the return on the terminating step itself and never on truncation,
+    so a truncated episode's return runs on into the next one.
 
     Args:
       venv: the vectorised env to wrap.

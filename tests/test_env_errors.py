@@ -62,6 +62,21 @@ def test_unknown_id_lists_valid_ids_closest_first(typo, closest):
     assert sorted(listed) == sorted(fusedrl.registered_ids())
 
 
+def test_unknown_id_known_to_gymnasium_points_to_the_bridge():
+    with pytest.raises(ValueError, match="'gymnasium:FrozenLake-v1' trains it through the host bridge"):
+        fusedrl.make("FrozenLake-v1")
+    with pytest.raises(ValueError) as exc:
+        fusedrl.make("CartPol-v1")  # not a Gymnasium id either: no pointer
+    assert "gymnasium:" not in str(exc.value)
+
+
+@pytest.mark.parametrize("prefix", ["gymnax:", "gymnasium:"])
+def test_register_refuses_the_reserved_prefixes(prefix):
+    with pytest.raises(ValueError, match=f"ids starting with '{prefix}' are reserved.*register 'Mine-v0'"):
+        fusedrl.register(f"{prefix}Mine-v0", lambda: None)
+    assert f"{prefix}Mine-v0" not in fusedrl.registered_ids()
+
+
 def test_non_string_id_is_a_type_error():
     with pytest.raises(TypeError, match="env_id must be a string"):
         fusedrl.make(1)
