@@ -362,9 +362,13 @@ def test_data_parallel_shards_share_normalizer_statistics():
         for x in jax.tree.leaves(stats):
             np.testing.assert_array_equal(x[0], x[1], err_msg=cls.__name__)
         np.testing.assert_allclose(stats.count, seen, rtol=1e-5, err_msg=cls.__name__)
-    agent = data_parallel_train(config, jax.devices()[:1], num_shards=2)(jax.random.key(0))
+    dp_train = data_parallel_train(config, jax.devices()[:1], num_shards=2)
+    agent = dp_train(jax.random.key(0))
     returns = fusedrl.evaluate(config, agent, jax.random.key(1), num_episodes=2)
     assert returns.shape == (2,) and np.all(np.isfinite(returns))
+    agents = jax.vmap(dp_train)(jax.random.split(jax.random.key(0), 2))  # 2 seeds of such agents
+    returns = fusedrl.evaluate(config, agents, jax.random.key(1), num_episodes=2)
+    assert returns.shape == (2, 2) and np.all(np.isfinite(returns))
 
 
 def test_target_kl_never_reached_changes_nothing_and_the_schedule_follows_updates(small):

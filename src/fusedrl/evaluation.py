@@ -49,10 +49,11 @@ def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episode
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
     single = single_state.params
     leaf, ref = jax.tree.leaves(result.params)[0], jax.tree.leaves(single)[0]
-    if leaf.ndim == ref.ndim and result.state.obs.ndim == single_state.obs.ndim + 1:
-        # `data_parallel_train`'s result: one agent, per-shard envs whose normaliser statistics are
-        # pooled over the shards, hence equal: any shard's will do.
-        shard0 = jax.tree.map(lambda x: x[0], result.state.env_state)
+    seed_axes = leaf.ndim - ref.ndim  # 1: a vmapped result, one agent per seed
+    if seed_axes in (0, 1) and result.state.obs.ndim == single_state.obs.ndim + seed_axes + 1:
+        # `data_parallel_train`'s result (per seed, if vmapped): one agent, per-shard envs whose
+        # normaliser statistics are pooled over the shards, hence equal: any shard's will do.
+        shard0 = jax.tree.map(lambda x: x[:, 0] if seed_axes else x[0], result.state.env_state)
         result = result.replace(state=result.state.replace(env_state=shard0))
     if leaf.ndim == ref.ndim + 1:
         keys = jax.random.split(key, leaf.shape[0])
