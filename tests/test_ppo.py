@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 
 import chex
 import jax
@@ -437,3 +438,31 @@ def test_evaluate_single_and_vmapped(small, seeds8):
     assert len({row.tobytes() for row in np.asarray(b)}) > 1  # each seed's own policy and key
     with pytest.raises(ValueError, match="num_episodes"):
         fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=0)
+
+
+def test_trains_in_float32_with_jax_enable_x64():
+    # Under jax_enable_x64 (a process-wide flag, hence a subprocess) Python-float hyperparameters
+    # and JAX's default dtypes become float64; training stays float32 and runs (GAE's scan failed
+    # on a float64 carry, and biases and Gaussian actions were float64).
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import jax, fusedrl
+        for env in ["CartPole-v1", "Pendulum-v1"]:
+            c = fusedrl.PPOConfig(env_id=env, num_envs=2, num_steps=8, total_timesteps=48,
+                                  num_minibatches=2, update_epochs=1, hidden_sizes=(8,),
+                                  normalize_obs=True, normalize_reward=True)
+            r = jax.jit(fusedrl.make_train(c))(jax.random.key(0))
+            leaves = [*jax.tree.leaves(r.params), *r.metrics.values(), *jax.tree.leaves(r.state.env_state)]
+            wide = [str(x.dtype) for x in leaves if str(x.dtype) in ("float64", "int64")]
+            assert not wide, (env, wide)
+            assert fusedrl.evaluate(c, r, jax.random.key(1), num_episodes=2).dtype == "float32"
+        print("ok", jax.config.jax_enable_x64)
+        """
+    )
+    env = {**os.environ, "JAX_ENABLE_X64": "1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["ok", "True"], out.stderr[-3000:]

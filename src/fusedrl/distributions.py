@@ -27,7 +27,7 @@ class Categorical:
     @staticmethod
     def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         """Standard Gumbel noise for `sample_from_noise`, shape [..., K] (draw many at once)."""
-        return jax.random.gumbel(key, shape)
+        return jax.random.gumbel(key, shape, jnp.float32)
 
     def sample_from_noise(self, gumbel: jax.Array) -> jax.Array:
         """The Gumbel-max trick: argmax(logits + g) with g ~ Gumbel(0, 1) is a sample."""
@@ -64,7 +64,7 @@ class DiagGaussian:
     @staticmethod
     def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         """Standard normal noise for `sample_from_noise`, shape [..., D] (draw many at once)."""
-        return jax.random.normal(key, shape)
+        return jax.random.normal(key, shape, jnp.float32)
 
     def sample_from_noise(self, z: jax.Array) -> jax.Array:
         return self.mean + jnp.exp(self._log_std) * z

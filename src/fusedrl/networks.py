@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fusedrl.distributions import Categorical, DiagGaussian
@@ -67,8 +68,8 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features))
-        bias = self.param("bias", self.bias_init, (self.features,))
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
+        bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
         y = matmul(x, kernel)
         return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))  # no implicit rank promotion
 
@@ -106,7 +107,8 @@ class ActorCritic(nn.Module):
         if self.discrete:
             pi = Categorical(logits=head)
         else:
-            log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
+            init = nn.initializers.constant(self.log_std_init)
+            log_std = self.param("log_std", init, (self.action_dim,), jnp.float32)
             pi = DiagGaussian(mean=head, log_std=log_std)
         v = obs
         for i, width in enumerate(self.hidden_sizes):
