@@ -24,7 +24,7 @@ import numpy as np
 from fusedrl.envs.base import Box, Discrete
 from fusedrl.envs.registry import GYMNASIUM_PREFIX
 
-SUPPORTED_SPACES = "observations: Box (any shape) or Discrete; actions: Discrete or 1-D Box"
+SUPPORTED_SPACES = "observations: Box (one or more axes) or Discrete; actions: Discrete or 1-D Box"
 
 
 class HostEnvError(RuntimeError):
@@ -194,7 +194,8 @@ def make_host_env(env_id: str, **kwargs) -> tuple[HostEnv, None]:
     """
     gym = _import_gymnasium()
     gym_id = env_id[len(GYMNASIUM_PREFIX):]
-    if gym_id not in gym.envs.registry:
+    # "module:EnvId": gym.make imports the module, which registers the id, then makes it.
+    if ":" not in gym_id and gym_id not in gym.envs.registry:
         valid = gymnasium_ids()
         close = difflib.get_close_matches(env_id, valid, n=5, cutoff=0.6)
         hint = f" Close matches: {', '.join(close)}." if close else ""

@@ -104,6 +104,23 @@ def test_unsupported_spaces_are_named(name, words):
         assert w in str(info.value), (w, str(info.value))
 
 
+def test_module_prefixed_gymnasium_ids_import_their_module(tmp_path, monkeypatch):
+    # Gymnasium's "module:EnvId": the module registers the env when gym.make imports it.
+    (tmp_path / "fusedrl_modtest.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register(id='FusedrlModTest-v0', max_episode_steps=50,\n"
+        "                   entry_point='gymnasium.envs.classic_control:CartPoleEnv')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        env, _ = fusedrl.make("gymnasium:fusedrl_modtest:FusedrlModTest-v0")
+        assert env.max_episode_steps == 50 and env.obs_dim == 4
+    finally:
+        gymnasium.envs.registry.pop("FusedrlModTest-v0", None)
+    with pytest.raises(HostEnvError, match="no_such_module"):
+        fusedrl.make("gymnasium:no_such_module:Nothing-v0")
+
+
 def test_env_raising_in_step_stops_training_and_closes_the_envs():
     env_id = "gymnasium:FusedrlTest/RaisesInStep-v0"
     config = PPOConfig(env_id=env_id, num_envs=2, num_steps=8, total_timesteps=32, hidden_sizes=(8,))

@@ -190,8 +190,10 @@ def test_params_of_another_env_are_rejected(env_id, entry):
 
 def test_vecenv_needs_a_positive_number_of_envs():
     env, _ = fusedrl.make("CartPole-v1")
-    with pytest.raises(ValueError, match="num_envs must be a positive integer"):
-        VecEnv(env, 0)
+    for bad in (0, -1, 2.7, "4", True):  # 2.7 used to become 2 envs
+        with pytest.raises(ValueError, match="num_envs must be a positive integer"):
+            VecEnv(env, bad)
+    assert VecEnv(env, np.int64(3)).num_envs == 3
 
 
 # Wrong shapes from a custom env --------------------------------------------------------------------
