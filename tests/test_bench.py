@@ -193,6 +193,26 @@ def test_ppo_bench_many_agents_goal_divides_our_64_by_each_peer():
     assert many_agents_goal(rows[:1]) == []  # needs both configs
 
 
+def test_ppo_bench_rejects_zero_repeats(capsys):
+    from fusedrl.bench import ppo as bench_ppo
+
+    with pytest.raises(SystemExit):
+        bench_ppo.main(["--configs", "default", "--repeats", "0"])
+    assert "--repeats must be >= 1" in capsys.readouterr().err
+
+
+def test_hostloop_solve_rule_is_the_same_for_every_implementation():
+    # SB3's per-rollout returns are built as our trainer's episode_return metric: the mean over
+    # the episodes that ended in the update, carried over when none did, 0.0 before the first.
+    from fusedrl.bench.hostloop import _solve_index, per_rollout_returns
+
+    returns = per_rollout_returns([[], [10.0, 30.0], [], [500.0]] + [[480.0]] * 9)
+    assert returns[:4].tolist() == [0.0, 20.0, 20.0, 500.0]
+    # Updates 3..12 average (500 + 9 * 480) / 10 = 482 >= 475: solved at update 12, not earlier.
+    assert _solve_index(returns) == 12
+    assert _solve_index(returns[:12]) is None
+
+
 def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys):
     from fusedrl.bench import ppo as bench_ppo
 

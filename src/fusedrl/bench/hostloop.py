@@ -10,11 +10,12 @@ budget, in one process, one after the other:
 - bridge: `make_train(config)` with env_id "gymnasium:CartPole-v1"; the first update (which
   compiles the jitted policy and update) is reported apart as its compile time.
 
-"solve" is the first update at which the mean training episode return, averaged over the last
-10 updates, is >= 475. The bridge records
-the wall time of every update (its loop is on the host anyway); the fused run is one program, so
-its solve time is (updates to solve) x (measured seconds per update). Stable-Baselines3 PPO with
-the same settings is added when it is installed (it is not a dependency).
+"solve" is the first update at which the mean training episode return (per update: the mean over
+the episodes that ended in it), averaged over the last 10 updates, is >= 475; its time counts from
+the end of update 0. The bridge records the wall time of every update (its loop is on the host
+anyway); the fused run is one program, so its solve time is (updates to solve) x (measured seconds
+per update). Stable-Baselines3 PPO with the same settings (value clipping included) is added when it
+is installed (it is not a dependency), with the same solve rule, from the start of `learn`.
 """
 
 from __future__ import annotations
@@ -63,9 +64,20 @@ def run_fused(total_timesteps: int, seed: int = 0, **overrides) -> dict[str, Any
     returns = np.asarray(result.metrics["episode_return"])
     i = _solve_index(returns)
     per_update = train_s / config.num_updates
-    times = per_update * np.arange(1, config.num_updates + 1)
+    # Time since the end of update 0, as for the bridge (whose update 0 is booked as compile).
+    times = per_update * np.arange(config.num_updates)
     return _row("fused", config, compile_s, train_s, returns,
-                None if i is None else (i + 1) * per_update, i, times=times)
+                None if i is None else float(times[i]), i, times=times)
+
+
+def per_rollout_returns(completed: list[list[float]]) -> np.ndarray:
+    """Our trainer's `episode_return` metric from the returns of the episodes that completed in
+    each rollout: their mean, or the last rollout's value when none did (0.0 before the first)."""
+    out, last = [], 0.0
+    for returns in completed:
+        last = float(np.mean(returns)) if returns else last
+        out.append(last)
+    return np.asarray(out)
 
 
 def run_bridge(total_timesteps: int, seed: int = 0, **overrides) -> dict[str, Any]:
@@ -99,30 +111,35 @@ def run_sb3(total_timesteps: int, seed: int = 0) -> dict[str, Any] | None:
     except ImportError:
         return None
     z = ZOO
-    stamps: list[tuple[float, float]] = []
+    stamps: list[float] = []
+    completed: list[list[float]] = [[]]  # returns of the episodes that ended, per rollout
 
     class Stamp(BaseCallback):
+        # The same solve rule as fused and bridge: per rollout, the mean return of the episodes
+        # that ended in it (not SB3's 100-episode ep_info_buffer, which lags far behind).
         def _on_rollout_end(self):
-            buf = self.model.ep_info_buffer
-            mean = float(np.mean([e["r"] for e in buf])) if buf else 0.0
-            stamps.append((time.perf_counter(), mean))
+            stamps.append(time.perf_counter())
+            completed.append([])
 
         def _on_step(self):
+            completed[-1].extend(float(i["episode"]["r"]) for i in self.locals["infos"] if "episode" in i)
             return True
 
     venv = make_vec_env("CartPole-v1", n_envs=z["num_envs"], seed=seed)
     model = PPO("MlpPolicy", venv, n_steps=z["num_steps"], batch_size=z["num_envs"] * z["num_steps"],
                 n_epochs=z["update_epochs"], learning_rate=lambda f: z["lr"] * f, gamma=z["gamma"],
-                gae_lambda=z["gae_lambda"], ent_coef=0.0, clip_range=0.2, seed=seed, device="cpu")
+                gae_lambda=z["gae_lambda"], ent_coef=0.0, clip_range=0.2, clip_range_vf=0.2, seed=seed,
+                device="cpu")
     t0 = time.perf_counter()
     model.learn(total_timesteps=total_timesteps, callback=Stamp())
     train_s = time.perf_counter() - t0
     venv.close()
-    solve = next((t - t0 for t, r in stamps if r >= SOLVED), None)
+    returns = per_rollout_returns(completed[:len(stamps)])
+    i = _solve_index(returns)
     steps = len(stamps) * z["num_envs"] * z["num_steps"]
     return {"impl": "sb3", "env_steps": steps, "compile_s": 0.0, "train_s": train_s,
-            "steps_per_s": steps / train_s, "solve_s": solve, "solve_update": None,
-            "final_return": stamps[-1][1] if stamps else float("nan")}
+            "steps_per_s": steps / train_s, "solve_s": None if i is None else stamps[i] - t0,
+            "solve_update": i, "final_return": float(returns[-1]) if len(returns) else float("nan")}
 
 
 def _row(impl, config, compile_s, train_s, returns, solve_s, solve_i, steps_per_s=None, times=None):

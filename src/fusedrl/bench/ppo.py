@@ -159,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="configs at which PureJaxRL runs (default: all of --configs)",
     )
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
     names = _config_names(p, args.configs, "--configs")
     pjx_names = names if args.purejaxrl_configs is None else _config_names(
         p, args.purejaxrl_configs, "--purejaxrl-configs")
