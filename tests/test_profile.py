@@ -50,7 +50,7 @@ def test_unknown_env_is_a_clear_error(capsys):
     assert "Unknown Gymnasium environment id 'gymnasium:CartPol-v1'" in capsys.readouterr().err
 
 
-def test_default_config_is_the_preset_one_update_long():
+def test_default_config_is_the_preset_cut_to_100_updates():
     for env_id, twin in [("gymnax:Breakout-MinAtar", "gymnax:Breakout-MinAtar"),
                          ("gymnasium:Pendulum-v1", "Pendulum-v1")]:
         config = profile.default_config(env_id)

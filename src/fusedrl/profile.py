@@ -88,7 +88,8 @@ def resolve(env_id: str, mode: str | None) -> tuple[str, str]:
 
 
 def default_config(env_id: str, **overrides) -> PPOConfig:
-    """The preset of `env_id` (or of its fused twin for "gymnasium:" ids), one update long."""
+    """The preset of `env_id` (see `preset_source`), cut to at most 100 updates (the profiler
+    times single updates; its annealing schedule needs a run to anneal over)."""
     source = preset_source(env_id)
     base = dict(PRESETS[source]) if source else {}
     base.update({k: v for k, v in overrides.items() if v is not None})
