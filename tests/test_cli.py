@@ -75,6 +75,21 @@ def test_callback_rows_are_per_seed_and_in_order(trained):
     assert recorder.calls[-1][1][0]["policy_loss"] != recorder.calls[-1][1][1]["policy_loss"]
 
 
+def test_seeds_vmapped_in_one_share_are_told_apart(trained, monkeypatch, tmp_path):
+    # On 2 cores the fixture's 2 seeds run one per share (each the share's vmap index 0); here both
+    # run in one vmap, so each row's seed comes from the vmapped axis index.
+    config, *_ = trained
+    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 1)
+    recorder = Recorder()
+    run = runs.train_run(config, tmp_path / "one", num_seeds=2, eval_episodes=1, progress_every=2,
+                         loggers=[recorder], progress_file=io.StringIO())
+    assert run.summary["streams"] == 1 and [u for u, _ in recorder.calls] == [2, 4, 6]
+    for update, rows in recorder.calls:
+        assert [r["seed"] for r in rows] == [0, 1]
+        for r in rows:
+            assert r["policy_loss"] == np.asarray(run.result.metrics["policy_loss"])[r["seed"], update - 1]
+
+
 def test_shares_in_pieces_log_the_same_updates_and_seeds(trained, monkeypatch, tmp_path):
     """The fixture's library run again with one update per piece (each host thread's share runs
     6 executions): the logger sees updates 2, 4, 6 for seeds 0 and 1, with the result's values,

@@ -4,8 +4,9 @@ The trainer calls its `callback(metrics)` through `jax.debug.callback`. Under `j
 seeds in one program) jax 0.10 unrolls that callback across the mapped axis: the host is called
 once per seed with that seed's unbatched metrics, in an order XLA is free to choose, and nothing
 in the metrics says which seed they belong to. `SeedTaggedPPO` therefore adds the seed index
-(`lax.axis_index` of the vmapped axis) to each update's metrics, and `Monitor` gathers the calls
-of one update until every seed has reported, then hands the rows to the loggers in seed order.
+(`lax.axis_index` of the vmapped axis) to the metrics each callback receives, and `Monitor`
+gathers the calls of one update until every seed has reported, then hands the rows to the
+loggers in seed order.
 
 On CPU the callbacks run on the thread that launched the program (`fusedrl.runs` launches one per
 core, so `Monitor` takes a lock), and a Ctrl-C can arrive inside one of them. `interrupt_guard`
@@ -33,16 +34,13 @@ SEED_AXIS = "seed"  # the axis name `jax.vmap` must use for `SeedTaggedPPO`
 
 
 class SeedTaggedPPO(PPO):
-    """PPO whose per-update metrics carry `"seed"`: `first_seed` plus the index along the vmapped
-    `SEED_AXIS`.
+    """PPO whose callback metrics carry `"seed"`: `first_seed` plus the index along the vmapped
+    `SEED_AXIS` (`PPO.run`'s `callback_extra`; the result's metrics are the plain trainer's).
 
-    Only meaningful under `jax.vmap(train, axis_name=SEED_AXIS)`; the extra metric is an int32
-    [num_seeds, num_updates] array in the result (drop it with `drop_seed_metric`). `first_seed`
-    (an int, possibly traced) numbers the seeds of one of several programs that share a run's
-    seeds (`fusedrl.runs`: one host thread per core, each with a vmap of its share).
+    Only meaningful under `jax.vmap(train, axis_name=SEED_AXIS)`. `first_seed` (an int, possibly
+    traced) numbers the seeds of one of several programs that share a run's seeds
+    (`fusedrl.runs`: one host thread per core, each with a vmap of its share).
     """
-
-    _first_seed: Any = 0  # read while `update_step` is traced; set by `run_seeds`
 
     def __call__(self, key, hparams=None, first_seed=0):
         hparams = self._check_hparams(hparams)
@@ -50,20 +48,8 @@ class SeedTaggedPPO(PPO):
 
     def run_seeds(self, state, hparams=None, num_updates=None, first_update=0, first_seed=0):
         """`run` with the seeds numbered from `first_seed` (also for a run continued in pieces)."""
-        self._first_seed = first_seed
-        try:
-            return self.run(state, hparams, num_updates, first_update)
-        finally:
-            self._first_seed = 0
-
-    def update_step(self, state, hparams, venv):
-        state, metrics = super().update_step(state, hparams, venv)
-        return state, {**metrics, "seed": self._first_seed + jax.lax.axis_index(SEED_AXIS)}
-
-
-def drop_seed_metric(result):
-    """`result` without the `"seed"` metric `SeedTaggedPPO` adds."""
-    return result.replace(metrics={k: v for k, v in result.metrics.items() if k != "seed"})
+        seed = first_seed + jax.lax.axis_index(SEED_AXIS)
+        return self.run(state, hparams, num_updates, first_update, callback_extra={"seed": seed})
 
 
 class Logger(Protocol):

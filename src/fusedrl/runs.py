@@ -45,7 +45,6 @@ from fusedrl.progress import (
     ProgressBar,
     SeedTaggedPPO,
     dispatch,
-    drop_seed_metric,
     interrupt_guard,
     is_interrupt,
 )
@@ -231,8 +230,7 @@ def _program(config: PPOConfig, num_seeds: int, callback_every: int):
 
     def train_seeds(keys, hparams, first_seed):
         one = functools.partial(train, first_seed=first_seed)
-        out = jax.vmap(one, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams)
-        return drop_seed_metric(out)
+        return jax.vmap(one, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams)
 
     return train, jax.jit(train_seeds)
 
@@ -251,7 +249,7 @@ def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int):
         def one(state):
             return train.run_seeds(state, hparams, num_updates, first_update, first_seed)
 
-        return drop_seed_metric(jax.vmap(one, axis_name=SEED_AXIS)(states))
+        return jax.vmap(one, axis_name=SEED_AXIS)(states)
 
     return train, jax.jit(init), jax.jit(advance, static_argnums=4)
 
