@@ -119,14 +119,18 @@ def preset_source(env_id: str) -> str | None:
     return None
 
 
+def preset_fields(env_id: str) -> dict[str, Any]:
+    """The `PPOConfig` fields of `env_id`'s preset (see `preset_source`), a copy; {} if none."""
+    source = preset_source(env_id)
+    return dict(PRESETS[source]) if source else {}
+
+
 def preset(env_id: str, **overrides) -> PPOConfig:
     """The tuned `PPOConfig` for `env_id` (see `preset_source`), with `overrides` applied.
 
     An env without a preset gets `PPOConfig`'s defaults (PureJaxRL's) and `env_id`.
     """
-    source = preset_source(env_id)
-    kwargs = {**(PRESETS[source] if source else {}), **overrides, "env_id": env_id}
-    return PPOConfig(**kwargs)
+    return PPOConfig(**{**preset_fields(env_id), **overrides, "env_id": env_id})
 
 
 def has_preset(env_id: str) -> bool:

@@ -193,9 +193,11 @@ def cmd_train(args) -> int:
                                                     config=config_document(config, options)))
     except ImportError as e:
         raise CLIError(str(e)) from None
-    source = preset_source(config.env_id) if args.config is None else None
-    if source is None:
-        preset_note = "from --config" if args.config is not None else "PPOConfig defaults (no preset)"
+    source = preset_source(config.env_id)
+    if args.config is not None:
+        preset_note = "from --config"
+    elif source is None:
+        preset_note = "PPOConfig defaults (no preset)"
     else:
         preset_note = "preset" if source == config.env_id else f"the preset of {source}"
     if is_host_env_id(config.env_id):

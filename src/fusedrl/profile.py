@@ -49,7 +49,7 @@ from fusedrl.envs import Discrete
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.losses import Batch
-from fusedrl.train.presets import PRESETS, preset_source
+from fusedrl.train.presets import preset_fields
 
 MODES = ("fused", "bridge")
 
@@ -90,8 +90,7 @@ def resolve(env_id: str, mode: str | None) -> tuple[str, str]:
 def default_config(env_id: str, **overrides) -> PPOConfig:
     """The preset of `env_id` (see `preset_source`), cut to at most 100 updates (the profiler
     times single updates; its annealing schedule needs a run to anneal over)."""
-    source = preset_source(env_id)
-    base = dict(PRESETS[source]) if source else {}
+    base = preset_fields(env_id)
     base.update({k: v for k, v in overrides.items() if v is not None})
     base["env_id"] = env_id
     c = PPOConfig(**{**base, "total_timesteps": base.get("total_timesteps", 10**6)})
