@@ -303,6 +303,10 @@ def test_loaded_policy_normalises_observations_as_training_did(tmp_path):
         (["--env", "CartPole-v1", "--set", "lr=fast"], ["lr expects a number"]),
         (["--env", "CartPole-v1", "--set", "hidden_sizes=64,x"],
          ["--set hidden_sizes=64,x:", "hidden_sizes expects an integer per layer", "'64,x'"]),
+        (["--env", "CartPole-v1", "--set", "hidden_sizes=64 64"],  # not one layer of 6464
+         ["hidden_sizes expects an integer per layer, comma-separated", "'64 64'"]),
+        (["--env", "CartPole-v1", "--set", "hidden_sizes=64,,64"], ["hidden_sizes expects an integer"]),
+        (["--env", "Pendulum-v1", "--set", "g=nan"], ["env_params['g'] must be a number, got NaN"]),
         (["--env", "CartPole-v1", "--set", "env_params.gravity=abc"],
          ["--set env_params.gravity=abc", "gravity expects a number", "'abc'"]),
         (["--env", "CartPole-v1", "--set", "total_timesteps=2048", "--total-timesteps", "4096"],
@@ -322,6 +326,46 @@ def test_bad_train_input_is_a_clear_error(argv, words, tmp_path):
     for w in words:
         assert w in err, (w, err)
     assert not (tmp_path / "run").exists()  # nothing was created
+
+
+@pytest.mark.parametrize(
+    "doc, words",
+    [
+        ({"ppo": 3}, ["'ppo' must be a table/object", "got 3 (int)"]),
+        ({"ppo": {"env_id": "CartPole-v1"}, "run": 5}, ["'run' must be a table/object", "got 5 (int)"]),
+        ({"env_id": "CartPole-v1", "env_params": 5}, ["'env_params' must be a table/object"]),
+        ({"env_id": "CartPole-v1", "env_params": "gravity=12"}, ["'env_params' must be a table/object"]),
+    ],
+)
+def test_malformed_config_file_is_a_clear_error(doc, words, tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    code, out, err = run_cli("train", "--config", tmp_path / "c.json", "--out", tmp_path / "run")
+    assert code == 2, (out, err)
+    for w in words:
+        assert w in err, (w, err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_run_files_are_strict_json(trained, tmp_path):
+    # NaN (say, the greedy return after training diverged) is not JSON: jq and JavaScript refuse a
+    # file holding it. It is written as null, and inf (max_grad_norm=inf: no clipping) as 1e999,
+    # which reads back as inf.
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+    runs.write_json(tmp_path / "s.json", {"eval_return_per_seed": [np.float32("nan"), 1.5],
+                                          "limits": (float("inf"), -np.inf)})
+    assert strict((tmp_path / "s.json").read_text()) == {"eval_return_per_seed": [None, 1.5],
+                                                         "limits": [float("inf"), float("-inf")]}
+    config = trained[0].replace(max_grad_norm=float("inf"), env_params={"x_threshold": float("inf")})
+    runs.write_json(tmp_path / "config.json", runs.config_document(config, runs.RunOptions()))
+    strict((tmp_path / "config.json").read_text())
+    assert runs.load_run_config(tmp_path)[0] == config
+    from fusedrl import checkpoint as ckpt
+
+    ckpt.save(tmp_path / "ckpt", config, trained[1].result.state, trained[1].result.hparams, num_seeds=2)
+    strict((tmp_path / "ckpt" / "meta.json").read_text())
+    assert ckpt.restore(tmp_path / "ckpt", config)[0] == config
 
 
 def test_set_parses_optional_numbers():
@@ -386,6 +430,31 @@ def test_sweep_refuses_an_out_file_and_a_gymnasium_env(tmp_path):
     assert not (tmp_path / "sweep").exists()
 
 
+def test_sweep_overwrite_replaces_an_earlier_sweeps_outputs_only(tmp_path):
+    out = tmp_path / "sweep"
+    out.mkdir()
+    for name in ("sweep.json", "curves_by_lr.png", "notes.txt"):  # an earlier sweep over lr, a user file
+        (out / name).write_text("old")
+    tiny = ["--set", "num_envs=2", "--set", "num_steps=8", "--total-timesteps", "32", "--set",
+            "num_minibatches=1", "--set", "update_epochs=1", "--set", "hidden_sizes=8",
+            "--progress-every", "0", "--no-plots"]
+    code, _, err = run_cli("sweep", "--env", "CartPole-v1", *tiny, "--grid", "gamma=0.9,0.99", "--out", out)
+    assert code == 2 and "pass --overwrite" in err
+    code, _, err = run_cli("sweep", "--env", "CartPole-v1", *tiny, "--grid", "gamma=0.9,0.99", "--out", out,
+                           "--overwrite")
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["curves.npz", "notes.txt", "summary.csv", "sweep.json",
+                                                      "table.csv"]  # no plot of the lr sweep left
+    assert list(json.loads((out / "sweep.json").read_text())["axes"]) == ["seed", "gamma"]
+    other = tmp_path / "other"  # not a sweep's folder: --overwrite does not write into it
+    other.mkdir()
+    (other / "data.csv").write_text("mine")
+    code, _, err = run_cli("sweep", "--env", "CartPole-v1", *tiny, "--grid", "gamma=0.9,0.99", "--out", other,
+                           "--overwrite")
+    assert code == 2 and "has no sweep.json" in err
+    assert [p.name for p in other.iterdir()] == ["data.csv"]
+
+
 def test_help_and_envs():
     with pytest.raises(SystemExit) as info:
         run_cli("--help")
@@ -408,7 +477,7 @@ def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
     monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
     run_dir = tmp_path / "run"
     code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir)
-    assert code == 130 and "interrupted" in err
+    assert code == 130 and "keeps config.json metrics.csv summary.json (the metrics logged so far)." in err
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.csv", "summary.json"]
     config, options = runs.load_run_config(run_dir)
     assert config == trained[0] and options.num_seeds == 2
@@ -418,6 +487,17 @@ def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
         rows = list(csv.DictReader(f))
     assert [(int(r["update"]), int(r["seed"])) for r in rows] == [(2, 0), (2, 1), (4, 0), (4, 1)]
     assert all(None not in r.values() and "" not in r.values() for r in rows)  # whole rows only
+
+
+def test_ctrl_c_message_names_only_the_files_kept(monkeypatch, tmp_path):
+    def interrupted_early(config, out, **kwargs):  # e.g. Ctrl-C while compiling: no metrics yet
+        out.mkdir()
+        (out / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs, "train_run", interrupted_early)
+    code, _, err = run_cli("train", "--env", "CartPole-v1", "--out", tmp_path / "run")
+    assert code == 130 and err.rstrip().endswith("keeps config.json."), err
 
 
 def test_an_error_in_one_share_of_the_seeds_is_not_reported_as_an_interrupt(trained, monkeypatch, tmp_path):
@@ -518,6 +598,52 @@ def test_optional_loggers_log_per_seed_with_fake_backends(monkeypatch, tmp_path)
     assert wandb_logs == [("run-seed0", 10.0, 64), ("run-seed1", 11.0, 64)]
 
 
+def test_a_logger_that_fails_to_start_closes_the_others_and_says_so(trained, tmp_path):
+    class Closing(Recorder):
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    started = Closing()
+
+    def broken_factory(path):  # as a wandb.init without network would
+        raise ConnectionError("wandb.init failed")
+
+    with pytest.raises(ConnectionError):
+        runs.train_run(trained[0], tmp_path / "run", num_seeds=2, progress_every=2,
+                       loggers=[lambda path: started, broken_factory], progress_file=io.StringIO())
+    assert started.closed
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failed_while"] == "starting loggers"
+    assert summary["error"] == {"type": "ConnectionError", "message": "wandb.init failed"}
+
+
+def test_wandb_older_than_create_new_runs_is_refused_and_failed_inits_are_finished(monkeypatch, tmp_path):
+    finished = []
+
+    class Run:
+        def __init__(self, name):
+            self.name = name
+
+        def finish(self):
+            finished.append(self.name)
+
+    def init(**kw):
+        if kw["name"].endswith("seed2"):
+            raise ConnectionError("no network")
+        return Run(kw["name"])
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, __version__="0.19.9"))
+    code, _, err = run_cli("train", "--env", "CartPole-v1", "--wandb-project", "p", "--out", tmp_path / "r")
+    assert code == 2 and "needs wandb >= 0.19.10" in err and "found 0.19.9" in err
+    assert not (tmp_path / "r").exists()
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, __version__="0.19.10"))
+    with pytest.raises(ConnectionError):
+        WandbLogger("p", name="run", num_seeds=3)
+    assert finished == ["run-seed0", "run-seed1"]  # the runs already started are not left open
+
+
 def test_missing_optional_logger_is_a_clear_cli_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` fail
     code, _, err = run_cli("train", "--env", "CartPole-v1", "--wandb-project", "p", "--out", tmp_path / "r")
@@ -577,10 +703,44 @@ def test_summary_says_when_no_training_episode_ended(tmp_path):
 
 
 def test_progress_ends_on_the_last_update_between_callbacks(tmp_path):
-    # 5 updates, a callback every 2: the callbacks stop at update 4, the bar still ends at 5/5.
+    # 5 updates, a callback every 2: the callbacks stop at update 4; the bar still ends at 5/5 and
+    # the loggers (TensorBoard, W&B, yours) still get the trained agent's last update.
     config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 5,
                        num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
-    bar_text = io.StringIO()
-    runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=2, progress_file=bar_text)
+    bar_text, recorder = io.StringIO(), Recorder()
+    run = runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=2, progress_file=bar_text,
+                         loggers=[recorder])
     lines = [ln for ln in bar_text.getvalue().splitlines() if ln.startswith("update ")]
     assert lines[-1].startswith("update 5/5"), lines
+    assert [update for update, _ in recorder.calls] == [2, 4, 5]
+    last = recorder.calls[-1][1][0]
+    assert last["update"] == 5 and last["seed"] == 0
+    assert last["policy_loss"] == pytest.approx(float(run.result.metrics["policy_loss"][0, -1]))
+
+
+@pytest.mark.parametrize("progress_every", [0, 1000])  # no callback: off, or past the last update
+def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch, tmp_path):
+    # The first Ctrl-C asks for a stop at the next callback (interrupt_guard); with none to come it
+    # must interrupt as usual, not be held until the run ends as "finished".
+    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 5,
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+    compiled = runs._compiled
+
+    def ctrl_c_as_training_starts(*args, **kwargs):
+        train, run, seconds = compiled(*args, **kwargs)
+
+        def run_after_ctrl_c(keys, hparams):
+            os.kill(os.getpid(), signal.SIGINT)
+            return run(keys, hparams)
+
+        return train, run_after_ctrl_c, seconds
+
+    monkeypatch.setattr(runs, "_compiled", ctrl_c_as_training_starts)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a shell
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=progress_every,
+                           progress_file=io.StringIO())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"

@@ -194,6 +194,9 @@ def _as_env_params(x) -> _FrozenDict:
                 f"{v!r} ({type(v).__name__}); to try several values, sweep it: "
                 f"fusedrl.sweep(config, {name}=[...])."
             )
+        if v != v:  # NaN: no physics; it would train and evaluate to NaN without an error
+            raise ValueError(f"env_params[{name!r}] must be a number, got NaN; give it a value "
+                             f"(or leave it out for the env's default).")
     # NumPy scalars become Python numbers: configs are written as JSON (run folders, checkpoints).
     return _FrozenDict({k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()})
 

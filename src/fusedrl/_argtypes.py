@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -71,6 +72,13 @@ def _parse_int(item: str, name: str, text: str) -> int:
     if x is not None and x.is_integer():  # 1e5
         return int(x)
     raise UsageError(f"--set {item}: {name} expects an integer, got {text!r}.")
+
+
+def _whole(text: str) -> int:
+    """An integer literal such as 64 or 1_024 (no spaces inside, no sign): ValueError otherwise."""
+    if not re.fullmatch(r"\d[\d_]*", text):
+        raise ValueError(text)
+    return int(text)
 
 
 def _parse_float(item: str, name: str, text: str) -> float:
@@ -141,9 +149,12 @@ def _parse(item: str, field: str, text: str, env_defaults: Mapping[str, Any] | N
     if kind is float:
         return _parse_float(item, field, text)
     if typing.get_origin(kind) is tuple:
-        parts = [p for p in text.strip("()[] ").replace(" ", "").split(",") if p]
+        # Commas only: "64 64" is not read as 6464, nor "64,,64" as two layers.
+        parts = [p.strip() for p in text.strip("()[] ").split(",")]
+        if parts and not parts[-1] and len(parts) > 1:  # a trailing comma, as in "(64,)"
+            parts.pop()
         try:
-            values = tuple(int(p.replace("_", "")) for p in parts)
+            values = tuple(_whole(p) for p in parts)
         except ValueError:
             values = ()
         if not values:

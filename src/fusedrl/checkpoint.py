@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fusedrl._json import dumps as strict_json
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import RunnerState, make_train
 
@@ -98,7 +99,7 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
         checkpointer.save(tmp / "arrays", arrays)
         checkpointer.wait_until_finished()
         checkpointer.close()
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        (tmp / "meta.json").write_text(strict_json(meta, indent=1) + "\n", encoding="utf-8")
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             path.rename(old)

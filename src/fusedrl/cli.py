@@ -211,8 +211,11 @@ def cmd_train(args) -> int:
     except RunFolderExists as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {out} keeps config.json, summary.json and the metrics logged so far "
-              f"(metrics.csv).", file=sys.stderr)
+        folder = Path(out)
+        files = sorted(folder.iterdir()) if folder.is_dir() else []
+        kept = [f"{p.name}/" if p.is_dir() else p.name for p in files]
+        print(f"\ninterrupted: {out} keeps {' '.join(kept) or 'nothing'}"
+              f"{' (the metrics logged so far)' if 'metrics.csv' in kept else ''}.", file=sys.stderr)
         return 130
     from fusedrl.runs import summary_table
 

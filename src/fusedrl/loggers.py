@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import importlib
 import io
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,17 +115,29 @@ class TensorBoardLogger:
 class WandbLogger:
     """Logs to Weights & Biases: one run per seed in a group, so curves are per seed."""
 
+    #: The first wandb with `wandb.init(reinit="create_new")` (several runs open in one process).
+    MIN_VERSION = (0, 19, 10)
+
     def __init__(self, project: str, *, name: str, num_seeds: int, config: Mapping | None = None):
         wandb = self.check_installed()
-        self.runs = [
-            wandb.init(project=project, group=name, name=f"{name}-seed{s}", config=dict(config or {}),
-                       reinit="create_new")
-            for s in range(num_seeds)
-        ]
+        self.runs = []
+        try:
+            for s in range(num_seeds):
+                self.runs.append(wandb.init(project=project, group=name, name=f"{name}-seed{s}",
+                                            config=dict(config or {}), reinit="create_new"))
+        except BaseException:
+            self.close()  # the seeds' runs already started
+            raise
 
-    @staticmethod
-    def check_installed():
-        return _require("wandb", "wandb", "Weights & Biases")
+    @classmethod
+    def check_installed(cls):
+        wandb = _require("wandb", "wandb", "Weights & Biases")
+        version = getattr(wandb, "__version__", None)
+        if version is not None and _release(version) < cls.MIN_VERSION:
+            need = ".".join(map(str, cls.MIN_VERSION))
+            raise ImportError(f"Weights & Biases logging needs wandb >= {need} (one run per seed), found "
+                              f"{version}: pip install -U 'wandb>={need}'")
+        return wandb
 
     def log(self, update, rows):
         for row in rows:
@@ -134,6 +147,11 @@ class WandbLogger:
     def close(self):
         for run in self.runs:
             run.finish()
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(0, 19, 10) from "0.19.10" (or "0.19.10rc1", "0.20.dev0")."""
+    return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.split(".")[:3])
 
 
 def _without_placeholders(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import numpy as np
 
 import fusedrl
 from fusedrl import checkpoint as ckpt
+from fusedrl._json import dumps as strict_json
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.evaluation import evaluate
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
@@ -92,13 +93,8 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
 
 
 def write_json(path, obj) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
-
-
-def _json_default(x):
-    if isinstance(x, np.generic | np.ndarray):
-        return x.tolist()
-    raise TypeError(f"cannot write {type(x).__name__} to JSON")
+    """`obj` as strict JSON (NaN as null, ±inf as ±1e999: see `fusedrl._json`), atomically."""
+    return write_atomic(path, strict_json(obj) + "\n")
 
 
 # ------------------------------------------------------------------------------- run options
@@ -175,6 +171,11 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
             raise ValueError(f"config file {path}: unknown section(s) {unknown}; expected 'ppo' and 'run'.")
     else:
         ppo, run = doc, {}
+    env_params = ppo.get("env_params", {}) if isinstance(ppo, dict) else {}
+    for name, table in (("ppo", ppo), ("run", run), ("env_params", env_params)):
+        if not isinstance(table, dict):
+            raise ValueError(f"config file {path}: {name!r} must be a table/object of names to values, "
+                             f"got {table!r} ({type(table).__name__}).")
     valid = {f.name for f in dataclasses.fields(RunOptions)}
     bad = sorted(set(run) - valid)
     if bad:
@@ -370,20 +371,27 @@ def train_run(
         write_json(path / CONFIG_FILE, config_document(config, options))
 
     every = options.callback_every(config)
-    sinks: list[Any] = []
-    if every and path is not None:
-        sinks.append(CSVLogger(path / METRICS_FILE))
-    bar = None
-    if every and progress:
-        bar = ProgressBar(config.num_updates, config.batch_size, options.num_seeds, file=progress_file)
-    # Factories (callables taking the run folder) build their logger once the folder exists.
-    sinks += [lg if hasattr(lg, "log") else lg(path) for lg in loggers]
-    if bar is not None:
-        sinks.append(bar)
-    monitor = Monitor(options.num_seeds, config.batch_size, sinks)
-
     summary: dict[str, Any] = {"env_id": config.env_id, "num_seeds": options.num_seeds,
                                "seed": options.seed, "status": "running"}
+    sinks: list[Any] = []
+    bar = None
+    try:
+        if every and path is not None:
+            sinks.append(CSVLogger(path / METRICS_FILE))
+        # Factories (callables taking the run folder) build their logger once the folder exists.
+        for lg in loggers:  # one at a time: those built before a failing one are closed
+            sinks.append(lg if hasattr(lg, "log") else lg(path))
+        if every and progress:
+            bar = ProgressBar(config.num_updates, config.batch_size, options.num_seeds, file=progress_file)
+            sinks.append(bar)
+    except BaseException as e:  # a logger that fails to start (e.g. wandb.init): close the others
+        _close(sinks)
+        if path is not None:
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            write_json(path / SUMMARY_FILE, {**summary, "status": status, "failed_while": "starting loggers",
+                                             "updates_logged": 0, "error": _error(e)})
+        raise
+    monitor = Monitor(options.num_seeds, config.batch_size, sinks)
     keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
     try:
         if bridge:
@@ -402,7 +410,7 @@ def train_run(
             if bar is not None:
                 bar.restart_clock()
             t = time.perf_counter()
-            with dispatch.active(monitor), interrupt_guard(monitor):
+            with dispatch.active(monitor), _stop_guard(monitor, every, config.num_updates):
                 try:
                     result = jax.block_until_ready(run_seeds(keys, hparams))
                 except Exception as e:
@@ -410,10 +418,12 @@ def train_run(
                         raise KeyboardInterrupt from None
                     raise
         run_s = time.perf_counter() - t
-        if bar is not None and monitor.last_update < config.num_updates:
-            # Callbacks come every `every` updates; the bar still ends on the last one.
+        if every and monitor.last_update < config.num_updates:
+            # Callbacks come every `every` updates; the bar and the loggers still end on the last.
             last = jax.device_get({k: v[:, -1:] for k, v in result.metrics.items()})
-            bar.log(config.num_updates, metrics_to_rows(last, first_update=config.num_updates))
+            rows = metrics_to_rows(last, first_update=config.num_updates)
+            for sink in sinks:
+                sink.log(config.num_updates, rows)
     except KeyboardInterrupt:
         summary.update(status="interrupted", updates_logged=monitor.last_update)
         if path is not None:
@@ -490,9 +500,16 @@ def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monito
     from fusedrl.bridge import make_host_train
 
     train = make_host_train(config, **({"callback": monitor, "callback_every": every} if every else {}))
-    with interrupt_guard(monitor) if every else contextlib.nullcontext():
+    with _stop_guard(monitor, every, config.num_updates):
         result = jax.block_until_ready(train(key))
     return jax.tree.map(lambda x: x[None], result)
+
+
+def _stop_guard(monitor: Monitor, every: int, num_updates: int):
+    """`interrupt_guard` (the first Ctrl-C stops the run at its next callback) if callbacks come at
+    all (`every` updates apart, from update `every`); without them Ctrl-C interrupts as usual, rather
+    than being held for a callback that never comes."""
+    return interrupt_guard(monitor) if 0 < every <= num_updates else contextlib.nullcontext()
 
 
 def eval_seed(options: RunOptions) -> int:

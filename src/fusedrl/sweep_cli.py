@@ -22,7 +22,6 @@ Hook into fusedrl's main parser with `add_sweep_parser(subparsers)`; the parsed 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import threading
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides
+from fusedrl._json import dumps as strict_json
 
 EPILOG = __doc__.split("\n\n", 1)[1].rsplit("\n\nHook into", 1)[0]
 
@@ -62,7 +62,8 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                    help="fix a PPOConfig field or env param for every run (repeatable)")
     p.add_argument("--out", type=Path, metavar="DIR", help="run folder (default runs/sweep-<env id>[-N])")
-    p.add_argument("--overwrite", action="store_true", help="write into an existing run folder")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the outputs of an earlier sweep in --out")
     p.add_argument("--progress-every", type=int, metavar="K",
                    help="updates between progress callbacks; 0 = no progress (default: ~20 per run)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG learning curves")
@@ -231,8 +232,12 @@ def _run(args) -> int:
     out = args.out or default_out(config.env_id)
     if out.exists() and not out.is_dir():
         raise SweepCLIError(f"--out {out} exists and is not a directory; choose another --out.")
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise SweepCLIError(f"{out} exists and is not empty; pass --overwrite or another --out.")
+    if out.exists() and any(out.iterdir()):
+        if not args.overwrite:
+            raise SweepCLIError(f"{out} exists and is not empty; pass --overwrite or another --out.")
+        if not (out / "sweep.json").is_file():
+            raise SweepCLIError(f"{out} is not empty and has no sweep.json (not a sweep's folder); "
+                                f"refusing to write into it even with --overwrite: choose another --out.")
     every = args.progress_every
     if every is None:
         every = max(1, config.num_updates // 20)
@@ -262,6 +267,8 @@ def _run(args) -> int:
     seconds = time.perf_counter() - start
 
     out.mkdir(parents=True, exist_ok=True)
+    for stale in output_files(out):  # --overwrite: no plot of an earlier sweep's field stays behind
+        stale.unlink()
     write_outputs(result, out, plots=not args.no_plots, seed=args.seed, seconds=seconds)
     print(format_summary(result), flush=True)
     print(f"{result.num_runs} runs x {config.env_steps:,} env steps in {seconds:.1f} s "
@@ -312,6 +319,12 @@ def format_summary(result, metric: str = "episode_return", limit: int = 10) -> s
     return "\n".join(text)
 
 
+def output_files(out: Path) -> list[Path]:
+    """The files `write_outputs` writes that exist in `out`."""
+    names = ("table.csv", "summary.csv", "curves.npz", "sweep.json")
+    return [p for p in (*(out / n for n in names), *sorted(out.glob("curves_by_*.png"))) if p.is_file()]
+
+
 def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, seconds: float = 0.0) -> None:
     """table.csv, summary.csv, curves.npz, sweep.json and (if matplotlib) curves_by_<field>.png."""
     import csv
@@ -335,7 +348,7 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
         "num_runs": result.num_runs,
         "seconds": seconds,
     }
-    (out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "sweep.json").write_text(strict_json(doc) + "\n")
     if not plots:
         return
     try:
