@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="no progress bar (metrics are still logged)")
     t.add_argument("--tensorboard", action="store_true",
                    help="also log to TensorBoard in <run folder>/tensorboard (needs tensorboardX)")
-    t.add_argument("--wandb-project", metavar="NAME", help="also log to Weights & Biases (needs wandb)")
+    t.add_argument("--wandb-project", metavar="NAME",
+                   help="also log to Weights & Biases, one W&B run per seed (needs wandb >= 0.19.10)")
 
     e = sub.add_parser(
         "evaluate", help="greedy returns of a saved run, per seed",
