@@ -215,6 +215,31 @@ def test_sel_in_zip_mode_selects_trials():
     assert r.sel(lr=[1e-4, 3e-4]).shape == (2, 2)
 
 
+def test_sel_of_fields_and_trials_does_not_depend_on_the_order():
+    # 3 zip trials whose curve is their own index: a field selector and trial=[...] together keep
+    # the given trials whose value matches, in either order.
+    lr = np.array([1e-4, 3e-4, 1e-3], np.float32)
+    r = dataclasses.replace(
+        _synthetic("zip"), axes={"seed": np.arange(1), "trial": np.arange(3)}, values={"lr": lr[None]},
+        metrics={"episode_return": np.broadcast_to(np.arange(3.0)[None, :, None], (1, 3, 2))},
+        seed_keys=jax.random.split(jax.random.key(0), 1))
+    for lr_value, trial in [(3e-4, 1), (1e-3, 2)]:
+        for part in (r.sel(lr=lr_value, trial=[1, 2]), r.sel(trial=[1, 2], lr=lr_value)):
+            assert part.dims == ("seed", "trial") and part.axes["trial"].tolist() == [trial]
+            np.testing.assert_allclose(part.values["lr"], [[lr_value]], rtol=1e-6)
+            assert part.metrics["episode_return"][0, 0, 0] == trial
+        assert r.sel(lr=lr_value, trial=trial).dims == ("seed",)
+    assert r.sel(trial=[2, 0, 1], lr=[1e-4, 1e-3]).axes["trial"].tolist() == [2, 0]  # trial's order
+    with pytest.raises(KeyError, match="no trial matches"):
+        r.sel(lr=1e-4, trial=[1, 2])
+    # Once the trial dim is dropped, lr has one value: selecting it again changes nothing.
+    one = r.sel(trial=1)
+    assert one.sel(lr=3e-4).dims == ("seed",)
+    assert one.sel(lr=[3e-4, 1e-3]).metrics["episode_return"][0, 0] == 1
+    with pytest.raises(KeyError, match="earlier selection left only lr=0.0003"):
+        one.sel(lr=1e-3)
+
+
 def test_to_csv_and_plot(tmp_path):
     r = _synthetic()
     r.to_csv(tmp_path / "t.csv")
@@ -399,6 +424,44 @@ def test_clear_errors(kwargs, words):
         assert w in str(info.value), (w, str(info.value))
 
 
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda c: sweep(c, 1, lr=[1e-3], key=0), TypeError, ["key must be a JAX PRNG key",
+                                                               "jax.random.key(0)"]),
+        (lambda c: sweep(c, 1, lr=["fast"]), ValueError, ["lr: values must be numbers", "'fast'"]),
+        (lambda c: sweep(c, 1, lr=["1e-3", "3e-4"]), ValueError, ["lr: values must be numbers",
+                                                                   "not '1e-3'"]),
+        (lambda c: sweep(c.replace(env_id="gymnasium:CartPole-v1"), 1, lr=[1e-3]), ValueError,
+         ["cannot sweep gymnasium:CartPole-v1", "host", "'CartPole-v1'",
+          "fusedrl train --env gymnasium:CartPole-v1 --seed S"]),
+        (lambda c: sweep(c, 1, lr=[1e-3], devices=[]), ValueError, ["devices is empty", "None"]),
+        (lambda c: sweep(c, 1, lr=[1e-3, 3e-4, 1e-3]), ValueError, ["lr lists [0.001] more than once",
+                                                                     "num_seeds"]),
+        (lambda c: _synthetic().hparams(lr=1, gama=0), TypeError, ["['gama']", "not dims",
+                                                                  "('seed', 'lr')"]),
+        # Random draws of an integer field are checked as grid values are, never truncated.
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, max_steps_in_episode=[100.5, 150.7]),
+         ValueError, ["max_steps_in_episode is an integer field", "[100.5, 150.7]", "whole numbers"]),
+        (lambda c: sweep(c, 1, mode="random", num_samples=4,
+                         max_steps_in_episode=sweep_module.Uniform(0.5, 2.5)),
+         ValueError, ["max_steps_in_episode is an integer field", "whole numbers", "Uniform(1, 2)"]),
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, lr=sweep_module.Choice(("1e-3",))),
+         ValueError, ["lr: choices must be numbers"]),
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=[0.9, 1.5]), ValueError,
+         ["gamma", "(0, 1]"]),
+    ],
+    ids=["key-int", "lr-word", "lr-strings", "gymnasium-env", "no-devices", "grid-repeats",
+         "hparams-typo", "random-int-choices", "random-int-uniform", "random-string-choice",
+         "random-gamma-range"],
+)
+def test_bad_inputs_name_the_argument_and_the_fix(call, error, words):
+    with pytest.raises(error) as info:
+        call(PPOConfig(**SMALL))
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
 def test_random_layout_is_reproducible_and_in_range():
     config = PPOConfig(**SMALL)
     fields = sweep_module._env_fields(config)
@@ -446,6 +509,10 @@ MULTI_DEVICE = textwrap.dedent(
     out["dp_params"] = diff(dp4.params, dp1.params)
     out["dp_env_steps"] = np.asarray(dp4.metrics["env_steps"]).tolist()
     out["dp_obs_shape"] = list(dp4.state.obs.shape)
+    # One device given: the runs execute there, by streams (the default) and by the vmap.
+    out["one_device"] = [sorted({{d.id for x in jax.tree.leaves(r.result) for d in x.devices()}})
+                         for r in (sweep(config, 2, lr=[1e-3], devices=[jax.devices()[1]], streams=s)
+                                   for s in (None, 1))]
     print("RESULT " + json.dumps(out))
     """
 )
@@ -487,6 +554,7 @@ def test_sharded_sweep_and_data_parallel_match_one_device(swept):
     assert out["dp_metrics"] <= 1e-5 and out["dp_params"] <= 1e-5, out
     assert out["dp_env_steps"] == [128, 256, 384]  # the whole agent's steps: 8 envs x 16 x update
     assert out["dp_obs_shape"] == [4, 2, 4]  # [shards, envs per shard, obs]
+    assert out["one_device"] == [[1], [1]]  # devices=[jax.devices()[1]], streams None and 1
 
 
 def test_data_parallel_shards_stop_early_together():
@@ -511,6 +579,55 @@ def test_data_parallel_shards_stop_early_together():
     np.testing.assert_array_equal(agent.metrics["gradient_steps"], steps[0])
 
 
+def _agent_episodes(n, values):
+    """The agent's episode metric from per-shard [S, U] counts and values, one update at a time:
+    the episode-weighted mean, else the latest update's that had an episode, else 0."""
+    out, latest = [], 0.0
+    for u in range(n.shape[1]):
+        if n[:, u].sum() > 0:
+            latest = float((values[:, u] * n[:, u]).sum() / n[:, u].sum())
+        out.append(latest)
+    return np.array(out)
+
+
+def test_data_parallel_metrics_invent_no_episodes():
+    # Shard 1 completes its first episode (return 16) at update 1, shard 0 its (return 10) at
+    # update 2; in updates 0 and 3 none completes. Update 3 repeats update 2's 10 (averaging the
+    # carried-over 10 and 16 would invent an episode of 13), update 0 is 0.0 with length 0.
+    n = np.array([[0, 0, 1, 0, 0], [0, 1, 0, 0, 2]], np.int32)
+    ret = np.array([[0, 0, 10, 10, 10], [0, 16, 16, 16, 20]], np.float32)
+    length = np.array([[0, 0, 9, 9, 9], [0, 15, 15, 15, 30]], np.float32)
+    per_shard = {"episodes_completed": n, "episode_return": ret, "episode_length": length,
+                 "env_steps": np.tile(np.arange(1, 6) * 8, (2, 1)), "learning_rate": np.full((2, 5), 1e-3),
+                 "gradient_steps": np.ones((2, 5), np.int32), "policy_loss": np.ones((2, 5), np.float32)}
+    agent = jax.jit(sweep_module._combine)(per_shard)
+    np.testing.assert_array_equal(agent["episode_return"], [0, 16, 10, 10, 20])
+    np.testing.assert_array_equal(agent["episode_length"], [0, 15, 9, 9, 30])
+    np.testing.assert_array_equal(agent["episodes_completed"], [0, 1, 1, 0, 2])
+    np.testing.assert_array_equal(agent["episode_return"], _agent_episodes(n, ret))
+
+
+def test_data_parallel_episode_statistics_are_the_agents():
+    """A real 2-shard agent (the reviewer's case): 1 env x 4 steps per shard, so most updates end
+    no episode (key 0: shard 1's first at update 3, none again until update 8); the agent's
+    metrics and its final `last_return`/`last_length` are those of all its shards' episodes."""
+    from fusedrl.sweep import DATA_AXIS, data_parallel_train
+
+    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=4, total_timesteps=2 * 4 * 12,
+                       update_epochs=1, num_minibatches=1, hidden_sizes=(8,))
+    train = make_train(config.replace(num_envs=1, total_timesteps=4 * 12), axis_name=DATA_AXIS)
+    per_shard = jax.vmap(train, in_axes=None, axis_size=2, axis_name=DATA_AXIS)
+    shards = jax.jit(per_shard)(jax.random.key(0), train.default_hparams())
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=2)(jax.random.key(0))
+    n = np.asarray(shards.metrics["episodes_completed"])
+    assert (n.sum(0) == 0).any() and (n.sum(0) > 0).any()  # updates with episodes and without
+    state = agent.state
+    for name, last in (("episode_return", state.last_return), ("episode_length", state.last_length)):
+        want = _agent_episodes(n, np.asarray(shards.metrics[name]))
+        np.testing.assert_allclose(agent.metrics[name], want, rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(last, want[-1], rtol=1e-6, err_msg=name)
+
+
 # -------------------------------------------------------------------------------- multi-host
 MULTI_HOST = textwrap.dedent(
     """
@@ -522,16 +639,22 @@ MULTI_HOST = textwrap.dedent(
     from fusedrl.train import PPOConfig
     assert (jax.process_count(), jax.device_count(), jax.local_device_count()) == (2, 4, 2)
     r = sweep(PPOConfig(**{small}), 2, lr={lrs}, key=jax.random.key(7))
-    print("RESULT " + json.dumps({{k: np.asarray(v).tolist() for k, v in r.metrics.items()}}))
+    data = lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+    print("RESULT " + json.dumps({{
+        "metrics": {{k: np.asarray(v).tolist() for k, v in r.metrics.items()}},
+        "params": [np.asarray(x).tolist() for x in jax.tree.leaves(r.result.params)],
+        "result": [np.asarray(data(x)).tolist() for x in jax.tree.leaves(r.result)],
+    }}))
     jax.distributed.shutdown()
     """
 )
 
 
 @pytest.mark.timeout(1500)
-def test_two_processes_on_localhost(swept):
+def test_two_processes_on_localhost(swept, tmp_path):
     """`jax.distributed` with the CPU backend (gloo collectives): 2 processes x 2 devices; every
-    process gets every run, equal to the single-process sweep up to float32 rounding."""
+    process gets every run (metrics and final state), equal to the single-process sweep up to
+    float32 rounding (metrics and parameters)."""
     import socket
 
     _, reference, _ = swept
@@ -540,22 +663,34 @@ def test_two_processes_on_localhost(swept):
         port = str(s.getsockname()[1])
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     script = MULTI_HOST.format(small=repr(SMALL), lrs=repr(LRS))
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(i), port], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    # Output to files, not pipes: a process blocked on a full pipe that is not being read (the
+    # other process's, while this one is waited for) never reaches the shutdown barrier.
+    logs = [(tmp_path / f"out{i}", tmp_path / f"err{i}") for i in range(2)]
+    procs = []
+    for i, (out, err) in enumerate(logs):
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            procs.append(subprocess.Popen([sys.executable, "-c", script, str(i), port], env=env,
+                                          stdout=stdout, stderr=stderr))
     outs = []
     try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=1200)
-            assert p.returncode == 0, stderr[-4000:]
-            outs.append(json.loads([x for x in stdout.splitlines() if x.startswith("RESULT ")][-1][7:]))
+        for p, (out, err) in zip(procs, logs, strict=True):
+            p.wait(timeout=1200)
+            assert p.returncode == 0, err.read_text()[-4000:]
+            lines = out.read_text().splitlines()
+            outs.append(json.loads([x for x in lines if x.startswith("RESULT ")][-1][7:]))
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.communicate()
-    assert outs[0] == outs[1]  # both hosts hold the same, complete result
-    for name, value in outs[0].items():
+                p.wait()
+    assert outs[0] == outs[1]  # both hosts hold the same, complete result: metrics and final states
+    assert len(outs[0]["result"]) == len(jax.tree.leaves(reference.result))
+    for name, value in outs[0]["metrics"].items():
         np.testing.assert_allclose(value, reference.metrics[name], err_msg=name, **TOL)
+    leaves = jax.tree.leaves(reference.result.params)
+    assert len(outs[0]["params"]) == len(leaves)
+    for value, ref in zip(outs[0]["params"], leaves, strict=True):
+        np.testing.assert_allclose(value, ref, **TOL)
 
 
 # ------------------------------------------------------------------------------------- CLI

@@ -56,11 +56,13 @@ check at 30 and 200 updates, 2026-11-24; XLA does not promise it.)
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import csv
 import dataclasses
 import difflib
 import functools
 import math
+import numbers
 import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +74,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fusedrl.envs.host import is_host_env_id
 from fusedrl.plotting import seed_statistics
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
 from fusedrl.train.ppo import TrainResult, episode_values, make_train
@@ -164,30 +167,50 @@ class SweepResult:
 
         Floats match to a relative 1e-6 (values are stored as float32). In zip/random mode a swept
         field is not a dim: the trials whose value matches are kept (and the "trial" dim dropped
-        when exactly one trial matches every scalar selector).
+        when exactly one trial matches every scalar selector); with `trial=` as well, the given
+        trials (in its order) whose values match, whatever the order of the arguments. A field
+        that no longer varies (its dim, or "trial", dropped by an earlier selection) must match
+        its one value, and then leaves the selection unchanged.
         """
         out = self
         trial_mask, trial_scalar = None, True
         for name, want in selectors.items():
+            wants = [want] if np.ndim(want) == 0 else list(want)
+            if name == "trial" and name in out.dims:
+                continue  # taken last, together with the fields' matches along "trial"
             if name in out.dims:
                 coord = out.axes[name]
                 if np.ndim(want) == 0:
                     out = out._take(out.axis(name), _find(name, coord, want))
                 else:
-                    out = out._take(out.axis(name), [_find(name, coord, w) for w in want])
+                    out = out._take(out.axis(name), [_find(name, coord, w) for w in wants])
             elif name in out.values and "trial" in out.dims:
                 # In zip/random mode every field varies along "trial" only: read it there.
                 first = tuple(slice(None) if d == "trial" else 0 for d in out.dims)
                 along = out.values[name][first]
-                wants = [want] if np.ndim(want) == 0 else list(want)
                 trial_scalar &= np.ndim(want) == 0
                 mask = np.zeros(len(along), bool)
                 for w in wants:
                     mask |= _matches(along, w)
                 trial_mask = mask if trial_mask is None else trial_mask & mask
+            elif name in out.values:
+                have = np.asarray(out.values[name])
+                if not any(_matches(have, w).all() for w in wants):
+                    value = _py(have.reshape(-1)[0]) if have.size else None
+                    raise KeyError(f"{name}={want!r} does not match this selection: an earlier selection "
+                                   f"left only {name}={value}.")
             else:
                 valid = list(out.dims) + [f for f in out.values if f not in out.dims]
                 raise KeyError(f"cannot select on {name!r}; valid names: {valid}.")
+        if "trial" in selectors and "trial" in out.dims:
+            want = selectors["trial"]
+            coord = out.axes["trial"]
+            scalar = np.ndim(want) == 0
+            given = [_find("trial", coord, w) for w in ([want] if scalar else want)]
+            kept = given if trial_mask is None else [t for t in given if trial_mask[t]]
+            if not kept:
+                raise KeyError(f"no trial matches {selectors}.")
+            return out._take(out.axis("trial"), kept[0] if scalar else kept)
         if trial_mask is not None:
             hits = np.flatnonzero(trial_mask)
             if hits.size == 0:
@@ -225,6 +248,10 @@ class SweepResult:
         which training amplifies: see the module docstring):
         `jax.jit(make_train(r.config))(r.seed_keys[i], r.hparams(lr=1))`.
         """
+        unknown = [n for n in index if n not in self.dims]
+        if unknown:
+            raise TypeError(f"hparams() got {unknown}, which are not dims of this result; dims are "
+                            f"{self.dims}.")
         missing = [d for d in self.dims if d != "seed" and d not in index]
         if missing:
             raise TypeError(f"hparams() needs an index for every dim but seed; missing {missing}.")
@@ -440,10 +467,24 @@ def _as_values(name: str, values, dtype) -> np.ndarray:
             f"{name}={values!r}: an axis needs a list of values; to fix one value for every run, "
             f"set it in the config (config.replace({name}=...), or env_params={{...}} for env params)."
         )
+    return _numbers(name, values, dtype)
+
+
+def _numbers(name: str, values, dtype, what: str = "values") -> np.ndarray:
+    """A non-empty 1-D list of numbers as a `dtype` array (grid and zip values, random choices),
+    refusing what the cast would change silently: anything but numbers (strings such as '1e-3'
+    too) and, for an integer field, numbers that are not whole."""
+    arr = np.asarray(values)
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name}: expected a non-empty 1-D list of values, got shape {arr.shape}.")
+        raise ValueError(f"{name}: expected a non-empty 1-D list of {what}, got shape {arr.shape}.")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{name}: {what} must be numbers, got {arr.tolist()!r}; write them as numbers "
+            f"(1e-3, not '1e-3'), as the config field takes them."
+        )
     if np.issubdtype(dtype, np.integer) and not np.all(np.equal(np.mod(arr, 1), 0)):
-        raise ValueError(f"{name} is an integer field; got non-integer values {arr.tolist()}.")
+        raise ValueError(f"{name} is an integer field; got non-integer {what} {arr.tolist()}: give whole "
+                         f"numbers.")
     return arr.astype(dtype)
 
 
@@ -460,11 +501,9 @@ def _validate_values(config: PPOConfig, name: str, values: np.ndarray) -> None:
 def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
     """`num` random-search draws of field `name` from `spec` (see the module docstring)."""
     if isinstance(spec, Choice) or (isinstance(spec, list | np.ndarray) and not isinstance(spec, tuple)):
-        choices = np.asarray(spec.values if isinstance(spec, Choice) else spec)
-        if choices.ndim != 1 or choices.size == 0:
-            raise ValueError(f"{name}: a choice needs a non-empty 1-D list, got {spec!r}.")
+        choices = _numbers(name, spec.values if isinstance(spec, Choice) else spec, dtype, "choices")
         idx = np.asarray(jax.random.randint(key, (num,), 0, choices.size))
-        return choices[idx].astype(dtype)
+        return choices[idx]
     if isinstance(spec, tuple) and len(spec) == 2:
         spec = (LogUniform if name in LOG_UNIFORM_FIELDS else Uniform)(*spec)
     if not isinstance(spec, Uniform | LogUniform):
@@ -472,12 +511,22 @@ def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
             f"{name}={spec!r}: in random mode give (low, high), Uniform(low, high), "
             f"LogUniform(low, high), or a list of values to choose from."
         )
+    if not all(isinstance(b, numbers.Real) and not isinstance(b, bool) for b in (spec.low, spec.high)):
+        raise ValueError(f"{name}={spec!r}: low and high must be numbers (1e-3, not '1e-3').")
     low, high = float(spec.low), float(spec.high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"{name}: low and high must be finite, got ({low}, {high}).")
     if not low <= high:
         raise ValueError(f"{name}: low must be <= high, got ({low}, {high}).")
     if np.issubdtype(dtype, np.integer):
         if isinstance(spec, LogUniform):
             raise ValueError(f"{name} is an integer field: use Uniform(low, high), not LogUniform.")
+        if not (low.is_integer() and high.is_integer()):
+            raise ValueError(
+                f"{name} is an integer field: its bounds (both inclusive) must be whole numbers, got "
+                f"({spec.low}, {spec.high}); e.g. Uniform({math.ceil(low)}, {math.floor(high)}), or a "
+                f"list of the values to choose from."
+            )
         draws = jax.random.randint(key, (num,), int(low), int(high) + 1)
         return np.asarray(draws).astype(dtype)
     u = np.asarray(jax.random.uniform(key, (num,), jnp.float32), np.float64)
@@ -497,6 +546,15 @@ def _layout(config, num_seeds, mode, num_samples, key, axes, env_fields):
         if num_samples is not None:
             raise ValueError("num_samples is for mode='random'; a grid has every combination.")
         coords = {n: _as_values(n, axes[n], dtypes[n]) for n in names}
+        for n, c in coords.items():
+            # Each grid value is a coordinate: a repeat would train the same runs twice and
+            # `sel` could reach only the first.
+            repeats = sorted({_py(v) for i, v in enumerate(c) if _matches(c[:i], v).any()})
+            if repeats:
+                raise ValueError(
+                    f"{n} lists {repeats} more than once; give each grid value once (num_seeds sets "
+                    f"the repeats of every combination)."
+                )
         dims = ("seed", *names)
         axes_out = {"seed": seeds, **coords}
         shape = tuple(len(axes_out[d]) for d in dims)
@@ -559,7 +617,8 @@ def sweep(
         draws per field; see the module docstring for the specs).
       num_samples: number of random-search trials (mode="random" only).
       key: base PRNG key (default `jax.random.key(0)`); seed i runs with `split(key, num_seeds)[i]`.
-      devices: devices to split the runs over (default: all of `jax.devices()`, on every host).
+      devices: devices to split the runs over (default: all of `jax.devices()`, on every host);
+        given one device, the runs execute there and their `result` stays there.
       keep_state: keep every run's final `TrainResult` (parameters, optimiser and env state) in
         `result`; False keeps only the metrics.
       callback, callback_every: passed to `make_train` (called per run every `callback_every`
@@ -581,10 +640,18 @@ def sweep(
     if not isinstance(num_seeds, int | np.integer) or isinstance(num_seeds, bool) or num_seeds < 1:
         raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}.")
     num_seeds = int(num_seeds)
+    if is_host_env_id(config.env_id):
+        name = config.env_id.split(":", 1)[1]
+        raise ValueError(
+            f"cannot sweep {config.env_id}: a Gymnasium env steps on the host (the host bridge), so "
+            f"its runs cannot be vmapped into one program. Sweep a JAX env id instead (e.g. {name!r}, "
+            f"if fusedrl has it: see `fusedrl envs`), or train the Gymnasium env one run per seed and "
+            f"setting (`fusedrl train --env {config.env_id} --seed S`)."
+        )
+    if devices is not None and len(devices) == 0:
+        raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
     env_fields = _check_axes(config, axes)
-    key = jax.random.key(0) if key is None else key
-    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        key = jax.random.wrap_key_data(key)
+    key = _base_key(key)
     dims, axes_out, values = _layout(config, num_seeds, mode, num_samples, key, axes, env_fields)
     shape = tuple(len(axes_out[d]) for d in dims)
     num_runs = math.prod(shape)
@@ -611,10 +678,10 @@ def sweep(
     # Unswept values are traced arguments shared by every run (numpy: replicated on every host).
     base = jax.tree.map(np.asarray, make_train(config).default_hparams())
     if streams > 1:
-        out = _run_streams(program, streams, run_keys, batched, base, config.num_updates)
+        out = _run_streams(program, streams, run_keys, batched, base, config.num_updates, devices[0])
     else:
-        args_keys = _global_array(run_keys, sharding)
-        args_swept = {n: _global_array(v, sharding) for n, v in batched.items()}
+        args_keys = _global_array(run_keys, sharding, devices[0])
+        args_swept = {n: _global_array(v, sharding, devices[0]) for n, v in batched.items()}
         out = program(args_keys, args_swept, base)
     if not keep_state:
         out = out.replace(state=None)
@@ -634,6 +701,19 @@ def sweep(
         config=config, mode=mode, dims=dims, axes=axes_out, values=values, metrics=metrics,
         result=result, seed_keys=seed_keys,
     )
+
+
+def _base_key(key) -> jax.Array:
+    """`sweep`'s `key` as one typed PRNG key (raw key data, e.g. `jax.random.PRNGKey(0)`, is wrapped)."""
+    if key is None:
+        return jax.random.key(0)
+    if isinstance(key, jax.Array | np.ndarray) and key.dtype == np.uint32:
+        key = jax.random.wrap_key_data(key)
+    if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
+        raise TypeError(f"key must be a JAX PRNG key such as jax.random.key(0), got {key!r}.")
+    if key.shape != ():
+        raise ValueError(f"key must be one PRNG key, got an array of keys of shape {key.shape}.")
+    return key
 
 
 def _static_part(config: PPOConfig) -> PPOConfig:
@@ -723,9 +803,12 @@ def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, in
 
 
 def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
-                 num_updates: int) -> TrainResult:
+                 num_updates: int, device: jax.Device | None = None) -> TrainResult:
     """Runs the runs in `streams` equal slices, one host thread each, every slice in pieces of
-    updates (`update_pieces`, `STREAM_PIECE_UPDATES`), and concatenates the results in run order."""
+    updates (`update_pieces`, `STREAM_PIECE_UPDATES`), and concatenates the results in run order;
+    on `device` if given (the executables are compiled for it and the inputs committed to it)."""
+    if device is not None:
+        run_keys, batched = jax.device_put((run_keys, batched), device)
     per = run_keys.shape[0] // streams
     args = [(run_keys[i * per:(i + 1) * per], {n: v[i * per:(i + 1) * per] for n, v in batched.items()})
             for i in range(streams)]
@@ -735,21 +818,27 @@ def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
     # configs (hence programs) but int32 or float32 arrays.
     dtypes = tuple((n, v.dtype.str) for n, v in batched.items())
     base_dtypes = tuple(np.asarray(x).dtype.str for x in jax.tree.leaves(base))
-    cache_key = (program, per, tuple(pieces), dtypes, base_dtypes)
+    cache_key = (program, per, tuple(pieces), dtypes, base_dtypes, device)
     if cache_key not in _STREAM_EXECUTABLES:
         if len(_STREAM_EXECUTABLES) >= 16:
             _STREAM_EXECUTABLES.pop(next(iter(_STREAM_EXECUTABLES)))
-        _STREAM_EXECUTABLES[cache_key] = compile_in_pieces(
-            program.init, (*args[0], base), program.advance, (args[0][1], base), pieces)
+        # The default device decides where a program with no committed input runs (a sweep of
+        # seeds only has none but the keys, and `advance` is lowered from shapes).
+        with jax.default_device(device) if device is not None else contextlib.nullcontext():
+            _STREAM_EXECUTABLES[cache_key] = compile_in_pieces(
+                program.init, (*args[0], base), program.advance, (args[0][1], base), pieces)
     init, advance = _STREAM_EXECUTABLES[cache_key]
 
     def part(i):
         keys, swept = args[i]
-        return jax.block_until_ready(continue_in_pieces(
+        out = jax.block_until_ready(continue_in_pieces(
             init(keys, swept, base),
             lambda states, first, n: advance[n](states, swept, base, np.int32(first)),
             pieces,
         ))
+        # An executable's outputs may come back uncommitted (then the concatenation below would
+        # run on the default device); committing them to where they are copies nothing.
+        return out if device is None else jax.device_put(out, device)
 
     return run_shares(part, streams, "fusedrl-sweep")
 
@@ -831,10 +920,11 @@ def _program(config, swept, devices, key_impl, callback, callback_every, mapped=
     return jax.jit(sharded), NamedSharding(mesh, spec)
 
 
-def _global_array(x: np.ndarray, sharding):
-    """Host values (identical on every process) as a run-sharded global array."""
+def _global_array(x: np.ndarray, sharding, device: jax.Device):
+    """Host values (identical on every process) as a run-sharded global array, or without a
+    sharding (one device) as an array committed to `device`, where the program then runs."""
     if sharding is None:
-        return jnp.asarray(x)
+        return jax.device_put(x, device)
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
@@ -895,11 +985,13 @@ def data_parallel_train(
 
     Returns a jitted function. Its `TrainResult` holds one copy of `params`/`opt_state` (shard 0's;
     every shard holds the same) and the per-shard env state, observations and key with a leading
-    [num_shards] axis (`fusedrl.evaluate` takes it as it is). Metrics are [num_updates] for the
-    whole agent: `env_steps` and `episodes_completed` are totals, episode returns/lengths are
-    averaged over the episodes of all shards, the loss statistics are the means over shards
-    (exactly the global minibatch means, the shards being equal in size); `explained_variance` is
-    the mean of the shards' values.
+    [num_shards] axis (`fusedrl.evaluate` takes it as it is); its `last_return`/`last_length` are
+    the agent's, the last update's `episode_return`/`episode_length`. Metrics are [num_updates] for
+    the whole agent: `env_steps` and `episodes_completed` are totals, episode returns/lengths are
+    averaged over the episodes of all shards (an update in which no shard completed one repeats
+    the latest that had one, as `make_train`'s metrics do), the loss statistics are the means over
+    shards (exactly the global minibatch means, the shards being equal in size);
+    `explained_variance` is the mean of the shards' values.
 
     Each `pmean` waits for every shard. XLA:CPU (e.g. with `--xla_force_host_platform_device_count`)
     aborts the process when one waits more than 40 s; on a heavily loaded machine raise that with
@@ -951,25 +1043,37 @@ def data_parallel_train(
         hparams = train.default_hparams() if hparams is None else hparams
         out = all_shards(key, hparams)
         first = jax.tree.map(lambda x: x[0], out)
+        metrics = _combine(out.metrics)
         state = out.state.replace(
             params=first.state.params, opt_state=first.state.opt_state, update=first.state.update,
-            last_return=first.state.last_return, last_length=first.state.last_length,
+            # The agent's latest episode statistics, as its metrics report them (not one shard's).
+            last_return=metrics["episode_return"][-1].astype(jnp.float32),
+            last_length=metrics["episode_length"][-1].astype(jnp.float32),
         )
-        return TrainResult(state=state, metrics=_combine(out.metrics), hparams=hparams)
+        return TrainResult(state=state, metrics=metrics, hparams=hparams)
 
     return run
 
 
 def _combine(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    """Per-shard metrics [S, num_updates] -> the agent's metrics [num_updates]."""
+    """Per-shard metrics [S, num_updates] -> the agent's metrics [num_updates].
+
+    Episode returns/lengths follow the single-agent contract (`TrainResult`): the mean over the
+    episodes all shards completed in the update; an update in which no shard completed one
+    repeats the latest update that had one; before the first, 0.0 with `episode_length` 0. (A
+    shard's own values in such an update are its carried-over ones, or 0 before its first episode:
+    averaging those would invent episodes.)"""
     n = m["episodes_completed"]
     total = n.sum(0, keepdims=True)  # [1, num_updates]: no implicit rank promotion
-    weights = jnp.where(total > 0, n / jnp.maximum(total, 1), 1.0 / n.shape[0])
     out = {k: v.mean(0).astype(v.dtype) for k, v in m.items()}
     out["episodes_completed"] = total[0]
     out["env_steps"] = m["env_steps"].sum(0)
+    has = total[0] > 0
+    # Per update, the latest update up to it in which some shard completed an episode (-1: none yet).
+    latest = jax.lax.cummax(jnp.where(has, jnp.arange(has.shape[0]), -1))
     for k in ("episode_return", "episode_length"):
-        out[k] = (m[k] * weights).sum(0)
+        mean = (m[k] * (n / jnp.maximum(total, 1))).sum(0)
+        out[k] = jnp.where(latest >= 0, mean[jnp.maximum(latest, 0)], 0.0).astype(m[k].dtype)
     out["learning_rate"] = m["learning_rate"][0]
     out["gradient_steps"] = m["gradient_steps"][0]  # the shards stop together (their KL is pmean'd)
     return out
