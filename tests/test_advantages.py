@@ -79,3 +79,65 @@ def test_gae_rejects_batched_input():
     r, v, v_next, term, done = hand_built()
     with pytest.raises(AssertionError):
         gae(*(np.stack([x, x]) for x in (r, v, v_next, term, done)), 0.99, 0.95)
+
+
+def test_gae_ignores_a_non_finite_terminal_value():
+    # A custom env's terminal observation may have a non-finite value; it is never used, and must
+    # not turn into 0 * inf = NaN and spread back through the trace.
+    r, v, v_next, term, done = hand_built()
+    finite = gae(*map(jnp.asarray, (r, v, v_next, term, done)), 0.9, 0.8)
+    for bad in (np.inf, -np.inf, np.nan):
+        v_bad = v_next.copy()
+        v_bad[2] = bad  # the terminated step
+        got = gae(*map(jnp.asarray, (r, v, v_bad, term, done)), 0.9, 0.8)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(finite))
+
+
+def test_trainer_advantages_on_a_real_rollout_with_both_kinds_of_ends():
+    """The trainer's own wiring, not only `gae`: a CartPole rollout under a 12-step time limit ends
+    episodes both ways. Which steps terminated or were truncated is worked out here from the
+    observations alone (the pole or cart beyond its limit; the 12th step), and the advantages the
+    update uses must be the reference GAE of those ends, with V of each pre-reset final
+    observation."""
+    from fusedrl import make
+    from fusedrl.train import PPOConfig, make_train
+
+    limit = 12
+    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=48, total_timesteps=4 * 48,
+                       num_minibatches=1, update_epochs=1, hidden_sizes=(8,), normalize_reward=True,
+                       env_params={"max_steps_in_episode": limit})
+    train = make_train(config)
+    hparams = train.default_hparams()
+
+    @jax.jit
+    def roll(key):
+        state = train.init(key, hparams)
+        first_obs = state.obs
+        state, traj = train.rollout(state, hparams, train.make_env(hparams), key)
+        adv, targets = train.advantages(state.params, traj, hparams)
+        return first_obs, traj, adv, targets, train.network.apply(state.params, traj.next_obs)[1]
+
+    first_obs, traj, adv, targets, v_next = jax.device_get(roll(jax.random.key(0)))
+    _, params = make("CartPole-v1")
+    x, theta = traj.next_obs[..., 0], traj.next_obs[..., 2]
+    term = (np.abs(x) > params.x_threshold) | (np.abs(theta) > params.theta_threshold_radians)
+    done = np.zeros_like(term)
+    length = np.zeros(config.num_envs, int)
+    for t in range(config.num_steps):
+        length += 1
+        done[t] = term[t] | (length == limit)
+        length[done[t]] = 0
+    assert term.any() and (done & ~term).any()  # both kinds of end occur
+    np.testing.assert_array_equal(traj.terminated, term)
+    np.testing.assert_array_equal(traj.done, done)
+    # The observation acted on next is next_obs inside an episode, the reset one after its end.
+    acted_next = np.concatenate([traj.obs[1:], traj.obs[-1:] * np.nan])
+    inside = ~done[:-1]
+    np.testing.assert_array_equal(traj.next_obs[:-1][inside], acted_next[:-1][inside])
+    assert np.all(np.any(traj.next_obs[:-1][~inside] != acted_next[:-1][~inside], axis=-1))
+    np.testing.assert_array_equal(traj.obs[0], first_obs)
+    for i in range(config.num_envs):
+        want = reference_gae(traj.reward[:, i], traj.value[:, i], v_next[:, i], term[:, i], done[:, i],
+                             config.gamma, config.gae_lambda)
+        np.testing.assert_allclose(adv[:, i], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(targets, adv + traj.value, rtol=1e-6)

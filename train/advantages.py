@@ -45,6 +45,9 @@ def gae(
     chex.assert_equal_shape([r_t, v_t, v_next_t, terminated_t, done_t])
     not_term = 1.0 - terminated_t.astype(jnp.float32)
     not_done = 1.0 - done_t.astype(jnp.float32)
+    # A terminal state's value is selected away, not only multiplied by 0: a non-finite value there
+    # (a custom env's terminal observation) would make 0 * inf = NaN and spread through the trace.
+    v_next_t = jnp.where(terminated_t, 0.0, v_next_t)
     # float32 throughout, also for float64 hyperparameters (jax_enable_x64): the scan's carry is.
     delta_t = (r_t + gamma * not_term * v_next_t - v_t).astype(jnp.float32)
     decay_t = (gamma * lambda_ * not_done).astype(jnp.float32)
