@@ -397,6 +397,36 @@ def test_target_kl_never_reached_changes_nothing_and_the_schedule_follows_update
     assert int(adam.count) == int(steps.sum())
 
 
+def test_the_optimizer_steps_with_the_reported_learning_rate(small):
+    # The metric comes from `PPO.learning_rate`; the steps from the optimizer's own schedule. Fed
+    # the same gradient at every step, Adam's update is lr * g / (|g| + eps), so each step's size
+    # shows the rate it used: it must be the metric's rate for that update.
+    config, train, _, _ = small
+    hparams = train.default_hparams()
+    opt = train.make_optimizer(hparams)
+    params = {"w": jnp.zeros(3)}
+    grad = {"w": jnp.array([0.1, -0.2, 0.3])}  # norm < max_grad_norm: not clipped
+    state = opt.init(params)
+    steps = config.update_epochs * config.num_minibatches
+    for u in range(config.num_updates):
+        want = float(train.learning_rate(hparams, jnp.int32(u)))
+        for _ in range(steps):
+            update, state = opt.update(grad, state, params)
+            np.testing.assert_allclose(np.abs(update["w"]), want, rtol=1e-3, err_msg=f"update {u}")
+    assert want == pytest.approx(config.lr / config.num_updates)
+
+
+def test_episode_return_is_the_raw_return_under_reward_normalisation():
+    # The trainer reports the env's own returns, not sums of normalised rewards (EpisodeStatistics
+    # sits below NormalizeReward): CartPole pays 1 per step, so each return is its length.
+    config = PPOConfig(**{**SMALL, "normalize_reward": True})
+    m = jax.jit(make_train(config))(jax.random.key(0)).metrics
+    done = np.asarray(m["episodes_completed"]) > 0
+    assert done.sum() >= 3
+    returns, lengths = np.asarray(m["episode_return"]), np.asarray(m["episode_length"])
+    np.testing.assert_array_equal(returns[done], lengths[done])
+
+
 def _opt_states(tree, cls):
     is_leaf = lambda x: isinstance(x, cls)  # noqa: E731
     return [x for x in jax.tree.leaves(tree, is_leaf=is_leaf) if is_leaf(x)]
