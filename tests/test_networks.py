@@ -60,7 +60,9 @@ def test_diag_gaussian_against_scipy():
     np.testing.assert_allclose(d.log_prob(a), want, rtol=1e-5)
     np.testing.assert_allclose(d.entropy(), np.full(6, stats.norm.entropy(0, std).sum()), rtol=1e-5)
     np.testing.assert_array_equal(d.mode(), mean)
-    s = DiagGaussian(jnp.zeros((50000, 3)), log_std).sample(jax.random.key(5))
+    centre = jnp.array([1.0, -2.0, 0.5])  # samples are centred on the mean and spread by std
+    s = DiagGaussian(jnp.broadcast_to(centre, (50000, 3)), log_std).sample(jax.random.key(5))
+    np.testing.assert_allclose(np.asarray(s).mean(0), centre, atol=0.03)
     np.testing.assert_allclose(np.asarray(s).std(0), std, rtol=0.02)
 
 
@@ -77,6 +79,29 @@ def test_actor_critic_shapes():
     np.testing.assert_array_equal(params["params"]["log_std"], 0.0)
     narrow = ActorCritic(action_dim=2, discrete=False, log_std_init=-0.5)
     np.testing.assert_array_equal(jax.jit(narrow.init)(key, jnp.zeros((1, 5)))["params"]["log_std"], -0.5)
+
+
+def test_actor_critic_init_and_separate_torsos():
+    # Orthogonal init with the usual PPO scales: sqrt(2) for hidden layers, 0.01 for the policy
+    # head (near-uniform initial policy), 1 for the value head; an orthogonal matrix times a scale
+    # has every singular value equal to that scale. The critic reads the observation, not the
+    # actor's features.
+    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=(64, 64))
+    params = jax.jit(net.init)(jax.random.key(0), jnp.zeros((1, 4)))["params"]
+    scales = {"actor_0": np.sqrt(2), "actor_1": np.sqrt(2), "actor_head": 0.01,
+              "critic_0": np.sqrt(2), "critic_1": np.sqrt(2), "critic_head": 1.0}
+    for name, scale in scales.items():
+        kernel = np.asarray(params[name]["kernel"], np.float64)
+        np.testing.assert_allclose(np.linalg.svd(kernel, compute_uv=False), scale, rtol=1e-5, err_msg=name)
+        np.testing.assert_array_equal(params[name]["bias"], 0.0)
+    assert params["critic_0"]["kernel"].shape == (4, 64) and params["critic_head"]["kernel"].shape == (64, 1)
+    # The value does not move when only the actor's weights change.
+    obs = jax.random.normal(jax.random.key(1), (5, 4))
+    _, v = net.apply({"params": params}, obs)
+    moved = {**params, "actor_0": {**params["actor_0"], "kernel": params["actor_0"]["kernel"] * 3.0}}
+    pi, v_moved = net.apply({"params": moved}, obs)
+    np.testing.assert_array_equal(v_moved, v)
+    assert not np.allclose(pi.logits, net.apply({"params": params}, obs)[0].logits)
 
 
 @pytest.mark.parametrize("x_shape", [(5, 4), (3, 5, 4)])
