@@ -1,6 +1,7 @@
 """Checkpoints: exact resume in a new process, and clear errors for mismatched or corrupt ones."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -107,6 +108,22 @@ def test_corrupt_checkpoints_fail_clearly(runs, tmp_path):
     shapes = r"field state\.params\.\S+ has shape \(16,\).*expected \(32,\)"
     with pytest.raises(ckpt.CheckpointError, match=shapes):
         ckpt.restore(bad)
+    # An array of the right shape but another dtype (half-precision parameters from other code).
+    import orbax.checkpoint as ocp
+
+    half = tmp_path / "dtype"
+    shutil.copytree(path, half)
+    checkpointer = ocp.StandardCheckpointer()
+    arrays = {k: np.asarray(v) for k, v in checkpointer.restore(half / "arrays").items()}
+    name = next(k for k in sorted(arrays) if k.startswith("state.params") and arrays[k].dtype == np.float32)
+    arrays[name] = arrays[name].astype(np.float16)
+    shutil.rmtree(half / "arrays")
+    checkpointer.save(half / "arrays", arrays)
+    checkpointer.wait_until_finished()
+    checkpointer.close()
+    with pytest.raises(ckpt.CheckpointError, match=rf"field {re.escape(name)} has shape .* dtype float16, "
+                                                   rf"expected .* float32"):
+        ckpt.restore(half)
     # Damaged array files.
     broken = tmp_path / "broken"
     shutil.copytree(path, broken)
