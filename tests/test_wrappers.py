@@ -432,6 +432,32 @@ def test_clip_action_clips_to_bounds_before_stepping(toy):
     assert isinstance(space, Box) and space.shape == (2,)
 
 
+class LopsidedToy(Toy):
+    """Toy with asymmetric action bounds: a0 in [0, 1], a1 in [-1, 0.5]."""
+
+    def action_space(self, params=None):
+        return Box(jnp.array([0.0, -1.0]), jnp.array([1.0, 0.5]), (2,), jnp.float32)
+
+
+def test_clip_action_uses_each_bound_of_an_asymmetric_box():
+    venv = ClipAction(VecEnv(LopsidedToy(), 2))
+    _, state = venv.reset(jax.random.key(0))
+    obs, *_ = venv.step(state, jnp.array([[-0.3, -1.7], [1.4, 0.9]]))
+    # The env echoes the action it stepped with in obs[..., 1, :2] (no episode ended here).
+    np.testing.assert_array_equal(obs[:, 1, :2], [[0.0, -1.0], [1.0, 0.5]])
+
+
+def test_normalisers_refuse_non_positive_settings_and_report_their_bounds():
+    for wrapper in (NormalizeObservation, lambda v, **kw: NormalizeReward(v, gamma=0.99, **kw)):
+        for bad in ({"clip": 0.0}, {"clip": -1.0}, {"epsilon": 0.0}):
+            with pytest.raises(ValueError, match=f"{next(iter(bad))} must be positive"):
+                wrapper(VecEnv(CartPole(), N), **bad)
+    for clip, bound in ((5.0, 5.0), (None, np.inf)):
+        space = NormalizeObservation(VecEnv(CartPole(), N), clip=clip).observation_space()
+        np.testing.assert_array_equal(np.broadcast_to(space.low, (4,)), -bound)
+        np.testing.assert_array_equal(np.broadcast_to(space.high, (4,)), bound)
+
+
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(TypeError, match="ClipAction needs a Box action space.*Discrete"):
         ClipAction(VecEnv(CartPole(), N))
