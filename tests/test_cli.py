@@ -292,6 +292,31 @@ def test_loaded_policy_normalises_observations_as_training_did(tmp_path):
     np.testing.assert_allclose(np.asarray(swept.act(obs)), np.clip(mode, -4.0, 4.0), rtol=1e-6)
 
 
+def test_loaded_sweep_policy_takes_its_runs_hparams_and_both_action_bounds(tmp_path):
+    # A checkpoint of two runs with their own hyperparameters (as a sweep's): seed i's policy uses
+    # run i's, here its lr and its action bounds; MountainCarContinuous's min_action makes the Box
+    # asymmetric, so clipping must use the low bound, not -high.
+    from fusedrl import checkpoint as ckpt
+    from fusedrl.train import make_train
+
+    config = PPOConfig(env_id="MountainCarContinuous-v0", num_envs=2, num_steps=8, total_timesteps=16,
+                       num_minibatches=1, update_epochs=1, hidden_sizes=(8,))
+    train = make_train(config)
+    states = jax.jit(jax.vmap(train.init))(jax.random.split(jax.random.key(0), 2))
+    base = train.default_hparams()
+    hparams = base.replace(lr=jnp.array([1e-3, 3e-4], jnp.float32),
+                           env_params=base.env_params.replace(min_action=jnp.array([-1.0, -0.25])))
+    ckpt.save(tmp_path / "ckpt", config, states, hparams, num_seeds=2)
+    obs = np.zeros((3, 2), np.float32)
+    for seed, lr, low in ((0, 1e-3, -1.0), (1, 3e-4, -0.25)):
+        for shift, want in ((-3.0, low), (3.0, 1.0)):  # greedy throttle far below, then above, the bounds
+            pi = policy.load(tmp_path / "ckpt", seed=seed)
+            assert float(pi.hparams.lr) == pytest.approx(lr)
+            head = pi.params["params"]["actor_head"]
+            pi.params["params"]["actor_head"] = {**head, "bias": head["bias"] + shift}
+            np.testing.assert_allclose(np.asarray(pi.act(obs)), want, err_msg=f"seed {seed}, shift {shift}")
+
+
 # -------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     "argv, words",
