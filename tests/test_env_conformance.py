@@ -543,6 +543,74 @@ def test_vecenv_rejects_a_whole_predraw_as_one_steps_draws():
     assert obs.shape == (4, 4)
 
 
+# A probe env with a stochastic step: reset and step each record 64 random bits of their key.
+@struct.dataclass
+class NoisyProbeState(EnvState):
+    reset_noise: jax.Array  # [2] uint32 bits of reset_env's key
+    step_noise: jax.Array  # [2] uint32 bits of the last step_env's key (zeros before any step)
+    time: jax.Array  # [] int32
+
+
+class NoisyProbe(Environment):
+    """Observation float32 [4]: both noises. Action Discrete(2), ignored. Never ends. Reward 0."""
+
+    @property
+    def default_params(self):
+        return ProbeParams(max_steps_in_episode=10_000)
+
+    def step_env(self, key, state, action, params):
+        state = state.replace(step_noise=jax.random.bits(key, (2,), jnp.uint32), time=state.time + 1)
+        return self.get_obs(state), state, jnp.float32(0.0), jnp.zeros((), bool), {}
+
+    def reset_env(self, key, params):
+        noise = jax.random.bits(key, (2,), jnp.uint32)
+        state = NoisyProbeState(reset_noise=noise, step_noise=jnp.zeros(2, jnp.uint32), time=jnp.int32(0))
+        return self.get_obs(state), state
+
+    def get_obs(self, state, params=None, key=None):
+        return jnp.concatenate([state.reset_noise, state.step_noise]).astype(jnp.float32)
+
+    def is_terminated(self, state, params):
+        return jnp.zeros((), bool)
+
+    def action_space(self, params=None):
+        return Discrete(2)
+
+
+def _noisy_probe_steps(draws=None, n=8, steps=5):
+    """Step noise [steps * n, 2] of `steps` VecEnv steps of NoisyProbe, and the reset state."""
+    env = NoisyProbe()
+    vec = VecEnv(env, n)
+    _, vstate = vec.reset(jax.random.key(0), env.default_params)
+    reset_state = vstate.env_state
+    step = jax.jit(vec.step)
+    noise = []
+    for t in range(steps):
+        _, vstate, *_ = step(vstate, jnp.zeros(n, jnp.int32), env.default_params,
+                             None if draws is None else draws[t])
+        noise.append(np.asarray(vstate.env_state.step_noise))
+    return np.concatenate(noise), reset_state
+
+
+def test_vecenv_stochastic_step_gets_fresh_keys_every_step():
+    """Without draws, every (step, env) gets its own step key: the VecEnv's key advances each step."""
+    noise, reset_state = _noisy_probe_steps()
+    assert len(np.unique(noise, axis=0)) == len(noise)
+    resets = np.asarray(reset_state.reset_noise)
+    assert not (noise[:, None] == resets[None]).all(-1).any(), "a step key equals a reset key"
+
+
+def test_vecenv_predrawn_step_keys_are_independent_of_predrawn_resets():
+    """A predraw's step keys are not its reset keys: no step noise equals any predrawn reset's noise."""
+    env, n, steps = NoisyProbe(), 8, 5
+    draws = VecEnv(env, n).predraw(jax.random.key(1), env.default_params, steps)
+    assert draws.step_keys is not None
+    noise, _ = _noisy_probe_steps(draws, n, steps)
+    assert len(np.unique(noise, axis=0)) == len(noise)
+    resets = np.asarray(draws.reset_state.reset_noise).reshape(-1, 2)
+    assert not (noise[:, None] == resets[None]).all(-1).any(), "a predrawn step key equals a reset key"
+
+
 # Params are traced ------------------------------------------------------------------------------
 @pytest.mark.parametrize("env_id", OUR_IDS)
 def test_params_can_be_vmapped(env_id):

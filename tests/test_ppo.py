@@ -470,6 +470,109 @@ def test_evaluate_single_and_vmapped(small, seeds8):
         fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=0)
 
 
+def _episode_lengths_env():
+    """A CartPole-shaped env (obs float32 [4] zeros, Discrete(2)) whose episodes last k = 2 or 12
+    steps, k drawn at reset, with reward r ~ U(0, 1) (drawn at reset) every step: return k * r."""
+    from flax import struct
+
+    from fusedrl.envs import Discrete, Environment, EnvParams, EnvState
+
+    @struct.dataclass
+    class State(EnvState):
+        k: jax.Array
+        r: jax.Array
+        time: jax.Array
+
+    @struct.dataclass
+    class Params(EnvParams):
+        max_steps_in_episode: int = 100
+
+    class Lengths(Environment):
+        deterministic_step = True
+
+        @property
+        def default_params(self):
+            return Params()
+
+        def reset_env(self, key, params):
+            k1, k2 = jax.random.split(key)
+            state = State(k=jnp.where(jax.random.bernoulli(k1), 2, 12), r=jax.random.uniform(k2),
+                          time=jnp.int32(0))
+            return self.get_obs(state), state
+
+        def step_env(self, key, state, action, params):
+            state = state.replace(time=state.time + 1)
+            return self.get_obs(state), state, state.r, self.is_terminated(state, params), {}
+
+        def get_obs(self, state, params=None, key=None):
+            return jnp.zeros(4, jnp.float32)
+
+        def is_terminated(self, state, params):
+            return state.time >= state.k
+
+        def action_space(self, params=None):
+            return Discrete(2)
+
+    return Lengths()
+
+
+def test_evaluate_reports_each_envs_first_episode(small):
+    """Short episodes finish again (and again) while long ones run: each env's return is still
+    that of its first episode, not its latest."""
+    from fusedrl.envs import VecEnv
+    from fusedrl.envs.wrappers import EpisodeStatistics
+    from fusedrl.evaluation import episode_returns
+
+    _, train, _, result = small
+    env = _episode_lengths_env()
+    venv = EpisodeStatistics(VecEnv(env, 32))
+    obs, state = venv.reset(jax.random.key(1), env.default_params)
+    first = state.inner.env_state
+    k = np.asarray(first.k)
+    assert (k == 2).any() and (k == 12).any()
+    want = np.asarray(first.k * first.r)
+    hparams = result.hparams.replace(env_params=env.default_params)
+    run = jax.jit(lambda o, s: episode_returns(train, result.replace(hparams=hparams), venv, o, s,
+                                               jax.random.key(2), True))
+    np.testing.assert_allclose(np.asarray(run(obs, state)), want, rtol=1e-6)
+
+
+def test_evaluate_is_greedy_and_each_seed_gets_its_own_key(small):
+    """`evaluate` (greedy) returns what the policy's mode earns, stepped alone from the start states
+    `evaluate` draws; a vmapped result evaluates every seed with its own key (8 copies of one agent
+    give 8 different rows)."""
+    from fusedrl.envs import VecEnv
+    from fusedrl.envs.wrappers import find_wrapper_state
+    from fusedrl.evaluation import eval_reset
+
+    config, train, _, result = small
+    key, n = jax.random.key(3), 16
+    got = np.asarray(fusedrl.evaluate(config, result, key, num_episodes=n))
+    venv, _, state, _ = eval_reset(train, result, key, n)
+    starts = find_wrapper_state(venv, state, VecEnv).env_state
+    env, params = train.env, result.hparams.env_params
+
+    def greedy_return(s):
+        def body(carry):
+            s, ret, _ = carry
+            pi, _ = train.network.apply(result.params, env.get_obs(s)[None])
+            _, s, reward, terminated, _ = env.step_env(None, s, pi.mode()[0], params)
+            return s, ret + reward, terminated | env.is_truncated(s, params)
+
+        return jax.lax.while_loop(lambda c: ~c[2], body, (s, jnp.float32(0.0), jnp.bool_(False)))[1]
+
+    want = np.asarray(jax.jit(jax.vmap(greedy_return))(starts))
+    assert len(set(want.tolist())) > 1  # episode lengths differ: a real check
+    np.testing.assert_array_equal(got, want)
+    # Sampling is another policy: its returns are not the greedy ones.
+    sampled = np.asarray(fusedrl.evaluate(config, result, key, num_episodes=n, greedy=False))
+    assert not np.array_equal(sampled, want)
+
+    stacked = jax.tree.map(lambda x: jnp.stack([x] * 8), result)
+    rows = np.asarray(fusedrl.evaluate(config, stacked, key, num_episodes=n))
+    assert rows.shape == (8, n) and len({row.tobytes() for row in rows}) == 8
+
+
 def test_trains_in_float32_with_jax_enable_x64():
     # Under jax_enable_x64 (a process-wide flag, hence a subprocess) Python-float hyperparameters
     # and JAX's default dtypes become float64; training stays float32 and runs (GAE's scan failed
