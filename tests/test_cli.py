@@ -470,7 +470,7 @@ def test_sweep_overwrite_replaces_an_earlier_sweeps_outputs_only(tmp_path):
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["curves.npz", "notes.txt", "summary.csv", "sweep.json",
                                                       "table.csv"]  # no plot of the lr sweep left
-    assert list(json.loads((out / "sweep.json").read_text())["axes"]) == ["seed", "gamma"]
+    assert json.loads((out / "sweep.json").read_text())["axes"] == {"seed": [0], "gamma": [0.9, 0.99]}
     other = tmp_path / "other"  # not a sweep's folder: --overwrite does not write into it
     other.mkdir()
     (other / "data.csv").write_text("mine")

@@ -329,6 +329,8 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
     """table.csv, summary.csv, curves.npz, sweep.json and (if matplotlib) curves_by_<field>.png."""
     import csv
 
+    from fusedrl.sweep import _py
+
     result.to_csv(out / "table.csv")
     rows = summary_rows(result)
     with open(out / "summary.csv", "w", newline="") as f:
@@ -343,7 +345,8 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
         "config": result.config.to_dict(),
         "mode": result.mode,
         "dims": list(result.dims),
-        "axes": {k: np.asarray(v).tolist() for k, v in result.axes.items()},
+        # As the CSVs write them: float32 0.9 as 0.9, not its float64 expansion 0.8999999761581421.
+        "axes": {k: [_py(x) for x in np.asarray(v)] for k, v in result.axes.items()},
         "seed": seed,
         "num_runs": result.num_runs,
         "seconds": seconds,
