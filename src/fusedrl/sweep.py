@@ -77,7 +77,7 @@ from jax.sharding import PartitionSpec as P
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.plotting import seed_statistics
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
-from fusedrl.train.ppo import TrainResult, episode_values, make_train
+from fusedrl.train.ppo import TrainResult, episode_values, make_train, typed_key
 
 MODES = ("grid", "zip", "random")
 RUN_AXIS = "runs"  # mesh axis the sweep's runs are split along
@@ -704,13 +704,15 @@ def sweep(
 
 
 def _base_key(key) -> jax.Array:
-    """`sweep`'s `key` as one typed PRNG key (raw key data, e.g. `jax.random.PRNGKey(0)`, is wrapped)."""
+    """`sweep`'s `key` as one typed PRNG key (raw key data, e.g. `jax.random.PRNGKey(0)`, is wrapped
+    by `typed_key`, as `PPO.init` does)."""
     if key is None:
         return jax.random.key(0)
-    if isinstance(key, jax.Array | np.ndarray) and key.dtype == np.uint32:
-        key = jax.random.wrap_key_data(key)
-    if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)):
+    is_key = isinstance(key, jax.Array | np.ndarray) and (
+        key.dtype == np.uint32 or jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key))
+    if not is_key:
         raise TypeError(f"key must be a JAX PRNG key such as jax.random.key(0), got {key!r}.")
+    key = typed_key(key)
     if key.shape != ():
         raise ValueError(f"key must be one PRNG key, got an array of keys of shape {key.shape}.")
     return key
