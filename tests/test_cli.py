@@ -727,11 +727,14 @@ def test_summary_says_when_no_training_episode_ended(tmp_path):
     assert "no episode ended" in runs.summary_table(run.summary)
 
 
+FIVE_UPDATES = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 5,
+                         num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+
+
 def test_progress_ends_on_the_last_update_between_callbacks(tmp_path):
     # 5 updates, a callback every 2: the callbacks stop at update 4; the bar still ends at 5/5 and
     # the loggers (TensorBoard, W&B, yours) still get the trained agent's last update.
-    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 5,
-                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+    config = FIVE_UPDATES
     bar_text, recorder = io.StringIO(), Recorder()
     run = runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=2, progress_file=bar_text,
                          loggers=[recorder])
@@ -747,8 +750,7 @@ def test_progress_ends_on_the_last_update_between_callbacks(tmp_path):
 def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch, tmp_path):
     # The first Ctrl-C asks for a stop at the next callback (interrupt_guard); with none to come it
     # must interrupt as usual, not be held until the run ends as "finished".
-    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 5,
-                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+    config = FIVE_UPDATES
     compiled = runs._compiled
 
     def ctrl_c_as_training_starts(*args, **kwargs):
