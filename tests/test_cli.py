@@ -401,6 +401,20 @@ def test_set_parses_optional_numbers():
     assert parse_overrides(["target_kl=none"]) == {"target_kl": None}
 
 
+def test_set_refuses_two_values_for_one_field():
+    from fusedrl._argtypes import UsageError, parse_overrides
+
+    with pytest.raises(UsageError, match=r"--set lr=1e-3 and --set lr=3e-4 give lr two values"):
+        parse_overrides(["lr=1e-3", "ent_coef=0.01", "lr=3e-4"])
+    # An env param by its bare name and by env_params.NAME is one field.
+    with pytest.raises(UsageError, match=r"give env_params.gravity two values"):
+        parse_overrides(["gravity=12", "env_params.gravity=15"], {"gravity": 9.8})
+    # The same value twice is harmless: kept, not an error.
+    assert parse_overrides(["lr=1e-3", "lr=0.001"]) == {"lr": 0.001}
+    code, _, err = run_cli("train", "--env", "CartPole-v1", "--set", "gamma=0.9", "--set", "gamma=0.99")
+    assert code == 2 and "give gamma two values; give each field once" in err
+
+
 def test_flat_config_file_without_env_id_says_so(tmp_path):
     flat = tmp_path / "flat.json"
     flat.write_text('{"lr": 0.001}')

@@ -180,6 +180,7 @@ def parse_overrides(items: Sequence[str], env_defaults: Mapping[str, Any] | None
         another value is an error.
     """
     out: dict[str, Any] = {}
+    given: dict[str, tuple[str, Any]] = {}  # field -> (the first --set item, its value)
     for item in items:
         if "=" not in item:
             raise UsageError(f"--set expects FIELD=VALUE, got {item!r}.")
@@ -187,6 +188,10 @@ def parse_overrides(items: Sequence[str], env_defaults: Mapping[str, Any] | None
         if env_defaults is not None and field in env_defaults and field not in _field_types():
             field = f"env_params.{field}"
         value = _parse(item.strip(), field, text, env_defaults)
+        if field in given and given[field][1] != value:
+            raise UsageError(f"--set {given[field][0]} and --set {item.strip()} give {field} two "
+                             f"values; give each field once.")
+        given.setdefault(field, (item.strip(), value))
         if field.startswith("env_params."):
             out.setdefault("env_params", {})[field.split(".", 1)[1]] = value
         else:
