@@ -725,3 +725,11 @@ def test_cli_parses_axes_and_settings():
             parse_axes(parse(*argv))
     with pytest.raises(SweepCLIError, match="unknown field 'lrr'"):
         build_config(parse("--set", "lrr=1"))
+    # A field both swept and fixed: the sweep would override the --set without a word.
+    for argv in [("--grid", "lr=1e-4,3e-4", "--set", "lr=1e-3"),
+                 ("--zip", "gravity=9.8,12", "--set", "env_params.gravity=15"),
+                 ("--random", "total_timesteps=4096,8192", "--num-samples", "2",
+                  "--total-timesteps", "4096")]:
+        args = parse(*argv)
+        with pytest.raises(SweepCLIError, match=r"is both swept .* and fixed .*drop one of them"):
+            build_config(args, parse_axes(args)[1])

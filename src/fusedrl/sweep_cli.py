@@ -26,6 +26,7 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +116,10 @@ def parse_random(item: str):
     return name, (low, high)
 
 
-def build_config(args):
+def build_config(args, axes: Mapping[str, Any] | None = None):
     """The base PPOConfig of the sweep: the env's preset (if any) with --set/--total-timesteps,
-    parsed as `fusedrl train` parses them (`fusedrl._argtypes.parse_overrides`)."""
+    parsed as `fusedrl train` parses them (`fusedrl._argtypes.parse_overrides`). A field both
+    fixed here and swept in `axes` is an error: the sweep would silently override the --set."""
     from fusedrl.envs import make, registered_ids
     from fusedrl.envs.host import is_host_env_id
     from fusedrl.train import PPOConfig, has_preset, preset
@@ -139,6 +141,11 @@ def build_config(args):
                              total_timesteps=args.total_timesteps)
     if "env_id" in fields:
         raise SweepCLIError("use --env to choose the environment, not --set env_id=...")
+    fixed = {**fields, **fields.get("env_params", {})}
+    for name in axes or ():
+        if name.removeprefix("env_params.") in fixed:
+            raise SweepCLIError(f"{name} is both swept (--grid/--zip/--random) and fixed (--set or "
+                                f"--total-timesteps); drop one of them.")
     try:
         if has_preset(args.env):
             return preset(args.env, **fields)
@@ -227,8 +234,8 @@ def _run(args) -> int:
 
     if args.num_seeds < 1:
         raise SweepCLIError(f"--num-seeds must be >= 1, got {args.num_seeds}.")
-    config = build_config(args)
     mode, axes = parse_axes(args)
+    config = build_config(args, axes)
     out = args.out or default_out(config.env_id)
     if out.exists() and not out.is_dir():
         raise SweepCLIError(f"--out {out} exists and is not a directory; choose another --out.")
