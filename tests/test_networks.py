@@ -50,6 +50,25 @@ def test_categorical_against_numpy():
     np.testing.assert_allclose(freq, p[0], atol=0.015)
 
 
+def test_categorical_with_masked_actions():
+    """An action masked as the docstring says (logit finfo.min) has probability 0: finite entropy
+    and gradients, equal to those of the distribution without it."""
+    m = jnp.finfo(jnp.float32).min
+    logits = jnp.array([[0.3, -1.2, m, 2.0], [m, 0.0, m, m]])
+    d = Categorical(logits)
+    np.testing.assert_allclose(d.entropy(), [stats.entropy(special.softmax([0.3, -1.2, 2.0])), 0.0],
+                               rtol=1e-6, atol=1e-7)
+    grad = jax.grad(lambda x: Categorical(x).entropy().sum())(logits)
+    kept = jax.grad(lambda x: Categorical(x).entropy())(jnp.array([0.3, -1.2, 2.0]))
+    np.testing.assert_allclose(grad[0], [kept[0], kept[1], 0.0, kept[2]], rtol=1e-6)
+    np.testing.assert_array_equal(grad[1], np.zeros(4))
+    np.testing.assert_array_equal(d.mode(), [3, 1])
+    np.testing.assert_allclose(d.log_prob(jnp.array([3, 1])),
+                               [np.log(special.softmax([0.3, -1.2, 2.0])[2]), 0.0], rtol=1e-6)
+    samples = Categorical(jnp.tile(logits[:1], (2000, 1))).sample(jax.random.key(3))
+    assert not np.any(np.asarray(samples) == 2)
+
+
 def test_diag_gaussian_against_scipy():
     mean = jax.random.normal(jax.random.key(3), (6, 3))
     log_std = jnp.array([-0.5, 0.0, 0.7])

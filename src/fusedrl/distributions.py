@@ -16,7 +16,13 @@ from flax import struct
 
 @struct.dataclass
 class Categorical:
-    """Categorical over the last axis of `logits` [..., K]."""
+    """Categorical over the last axis of `logits` [..., K].
+
+    Logits must be finite. To rule an action out (a mask), give it `jnp.finfo(jnp.float32).min`,
+    not -inf: then it has probability 0 and the entropy and all gradients stay finite, where -inf
+    makes `entropy` NaN (0 * log 0). The trainer's networks always give finite logits; guarding
+    against -inf here would change the float rounding of every discrete agent's training.
+    """
 
     logits: jax.Array  # [..., K] unnormalised log-probabilities
 
