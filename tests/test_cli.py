@@ -255,6 +255,11 @@ def test_load_policy_single_batch_and_seed(trained):
         np.testing.assert_array_equal(batch, np.argmax(logits, axis=-1))
         sampled = pi.act(obs, jax.random.key(1))
         assert sampled.shape == (5,)
+    # Params replaced after the first act are the ones used: not constants of the first trace.
+    head = pi.params["params"]["actor_head"]
+    for bias, action in (([100.0, -100.0], 0), ([-100.0, 100.0], 1)):
+        pi.params["params"]["actor_head"] = {**head, "bias": jnp.array(bias)}
+        assert np.asarray(pi.act(obs)).tolist() == [action] * 5
     with pytest.raises(IndexError, match="seeds 0..1"):
         policy.load(run_dir, seed=2)
     with pytest.raises(ValueError, match=r"shape \(4,\)"):

@@ -53,14 +53,16 @@ class Policy:
             norm = None if wrapper is None else (wrapper.epsilon, wrapper.clip)
         self.obs_stats = self.trainer.obs_stats(state, hparams)
         self._norm = norm if self.obs_stats is not None else None
+        # params and obs_stats are arguments, not constants baked in at the first call: a policy
+        # whose params are replaced afterwards acts with the new ones.
         self._act = jax.jit(self._act_batch)
 
-    def _act_batch(self, obs, key):
+    def _act_batch(self, params, obs_stats, obs, key):
         x = jnp.asarray(obs, jnp.float32).reshape((obs.shape[0], -1))
         if self._norm is not None:
             epsilon, clip = self._norm
-            x = self.obs_stats.normalize(x, epsilon=epsilon, clip=clip)
-        pi, _ = self.trainer.network.apply(self.params, x)
+            x = obs_stats.normalize(x, epsilon=epsilon, clip=clip)
+        pi, _ = self.trainer.network.apply(params, x)
         action = pi.mode() if key is None else pi.sample(key)
         if not self.trainer.discrete and self._decode is None:  # the bridge's decode clips on the host
             space = self.trainer.env.action_space(self.hparams.env_params)  # the run's bounds
@@ -71,8 +73,9 @@ class Policy:
 
     def _act_on(self, batch, key):
         if self._encode is None:
-            return self._act(batch, key)
-        return self._decode(np.asarray(self._act(self._encode(np.asarray(batch)), key)))
+            return self._act(self.params, self.obs_stats, batch, key)
+        encoded = self._encode(np.asarray(batch))
+        return self._decode(np.asarray(self._act(self.params, self.obs_stats, encoded, key)))
 
     def act(self, obs, key: jax.Array | None = None) -> jax.Array:
         obs = jnp.asarray(obs) if self._encode is None else np.asarray(obs)
