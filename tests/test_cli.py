@@ -6,6 +6,7 @@ and progress interval reuses the compiled program (fusedrl.runs caches it).
 
 import contextlib
 import csv
+import importlib
 import io
 import json
 import os
@@ -731,6 +732,28 @@ def test_sweep_and_profile_subcommands_are_wired(capsys):
     assert e.value.code == 0 and "--mode" in capsys.readouterr().out
     assert main(["sweep", "--env", "CartPole-v1", "--grid", "num_envs=4,8"]) == 2
     assert "cannot sweep 'num_envs': it is a static field" in capsys.readouterr().err
+
+
+def test_sweep_usage_errors_come_from_the_check_and_later_errors_keep_their_traceback(
+        tmp_path, monkeypatch):
+    sweep_mod = importlib.import_module("fusedrl.sweep")  # `fusedrl.sweep` is the function
+
+    # Bad input: refused by check_sweep, before anything compiles (a usage error, exit 2).
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled despite bad input")
+
+    monkeypatch.setattr(sweep_mod, "_program", no_compile)
+    code, _, err = run_cli("sweep", "--env", "CartPole-v1", "--grid", "lr=1e-3,-1",
+                           "--out", tmp_path / "bad")
+    assert code == 2 and "lr" in err and "Traceback" not in err, err
+    # An error once the sweep runs is no usage error: it propagates, traceback and all.
+    def fails_late(*args, **kwargs):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(sweep_mod, "_program", fails_late)
+    with pytest.raises(ValueError, match="boom"):
+        run_cli("sweep", "--env", "CartPole-v1", *SWEEP_SETTINGS, "--grid", "lr=1e-3,3e-4",
+                "--out", tmp_path / "late")
 
 
 def test_summary_says_when_no_training_episode_ended(tmp_path):

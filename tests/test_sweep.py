@@ -422,6 +422,10 @@ def test_clear_errors(kwargs, words):
         sweep(PPOConfig(**SMALL), 2, **kwargs)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+    # check_sweep (what the CLI calls first) refuses the same input with the same message.
+    with pytest.raises(ValueError) as checked:
+        sweep_module.check_sweep(PPOConfig(**SMALL), 2, **kwargs)
+    assert str(checked.value) == str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -594,6 +594,63 @@ def _layout(config, num_seeds, mode, num_samples, key, axes, env_fields):
 
 
 # --------------------------------------------------------------------------------- the sweep
+class _Plan(NamedTuple):
+    """What `sweep` runs, worked out (and checked) from its arguments before anything compiles."""
+
+    num_seeds: int
+    key: jax.Array
+    dims: tuple[str, ...]
+    axes: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+    shape: tuple[int, ...]
+    num_runs: int
+    devices: tuple[jax.Device, ...]
+    streams: int
+
+
+def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> _Plan:
+    if not isinstance(config, PPOConfig):
+        raise TypeError(f"sweep takes a PPOConfig, got {type(config).__name__}.")
+    if not isinstance(num_seeds, int | np.integer) or isinstance(num_seeds, bool) or num_seeds < 1:
+        raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}.")
+    num_seeds = int(num_seeds)
+    if is_host_env_id(config.env_id):
+        name = config.env_id.split(":", 1)[1]
+        raise ValueError(
+            f"cannot sweep {config.env_id}: a Gymnasium env steps on the host (the host bridge), so "
+            f"its runs cannot be vmapped into one program. Sweep a JAX env id instead (e.g. {name!r}, "
+            f"if fusedrl has it: see `fusedrl envs`), or train the Gymnasium env one run per seed and "
+            f"setting (`fusedrl train --env {config.env_id} --seed S`)."
+        )
+    if devices is not None and len(devices) == 0:
+        raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
+    env_fields = _check_axes(config, axes)
+    key = _base_key(key)
+    dims, axes_out, values = _layout(config, num_seeds, mode, num_samples, key, axes, env_fields)
+    shape = tuple(len(axes_out[d]) for d in dims)
+    num_runs = math.prod(shape)
+    devices = tuple(jax.devices() if devices is None else devices)
+    streams = _num_streams(streams, devices, num_runs)
+    return _Plan(num_seeds, key, dims, axes_out, values, shape, num_runs, devices, streams)
+
+
+def check_sweep(
+    config: PPOConfig,
+    num_seeds: int = 1,
+    *,
+    mode: str = "grid",
+    num_samples: int | None = None,
+    key: jax.Array | None = None,
+    devices: Sequence[jax.Device] | None = None,
+    streams: int | None = None,
+    **axes: Any,
+) -> None:
+    """Raises the TypeError or ValueError `sweep` would raise for these arguments, before it
+    compiles or trains anything; returns None if they are valid. `fusedrl sweep` calls it first,
+    so that bad input is a usage error and any later error shows its traceback."""
+    _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes)
+
+
 def sweep(
     config: PPOConfig,
     num_seeds: int = 1,
@@ -635,31 +692,10 @@ def sweep(
     Returns:
       A `SweepResult` with metrics [num_seeds, *axis sizes, num_updates].
     """
-    if not isinstance(config, PPOConfig):
-        raise TypeError(f"sweep takes a PPOConfig, got {type(config).__name__}.")
-    if not isinstance(num_seeds, int | np.integer) or isinstance(num_seeds, bool) or num_seeds < 1:
-        raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}.")
-    num_seeds = int(num_seeds)
-    if is_host_env_id(config.env_id):
-        name = config.env_id.split(":", 1)[1]
-        raise ValueError(
-            f"cannot sweep {config.env_id}: a Gymnasium env steps on the host (the host bridge), so "
-            f"its runs cannot be vmapped into one program. Sweep a JAX env id instead (e.g. {name!r}, "
-            f"if fusedrl has it: see `fusedrl envs`), or train the Gymnasium env one run per seed and "
-            f"setting (`fusedrl train --env {config.env_id} --seed S`)."
-        )
-    if devices is not None and len(devices) == 0:
-        raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
-    env_fields = _check_axes(config, axes)
-    key = _base_key(key)
-    dims, axes_out, values = _layout(config, num_seeds, mode, num_samples, key, axes, env_fields)
-    shape = tuple(len(axes_out[d]) for d in dims)
-    num_runs = math.prod(shape)
-
+    num_seeds, key, dims, axes_out, values, shape, num_runs, devices, streams = _plan(
+        config, num_seeds, mode, num_samples, key, devices, streams, axes)
     seed_keys = jax.random.split(key, num_seeds)
-    devices = tuple(jax.devices() if devices is None else devices)
     num_dev = len(devices)
-    streams = _num_streams(streams, devices, num_runs)
     num_parts = max(num_dev, streams)
     padded = -(-num_runs // num_parts) * num_parts
     # Run r of the flattened (C-order) grid; padding repeats run 0 and is trimmed afterwards.

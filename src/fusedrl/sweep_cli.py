@@ -230,7 +230,7 @@ def run_sweep(args) -> int:
 def _run(args) -> int:
     import jax
 
-    from fusedrl.sweep import sweep
+    from fusedrl.sweep import check_sweep, sweep
 
     if args.num_seeds < 1:
         raise SweepCLIError(f"--num-seeds must be >= 1, got {args.num_seeds}.")
@@ -263,14 +263,14 @@ def _run(args) -> int:
     print(f"sweep {config.env_id}: mode={mode}, {args.num_seeds} seed(s), axes "
           f"{', '.join(axes) or '(none)'}; compiling...", file=sys.stderr, flush=True)
     start = time.perf_counter()
+    # Bad input is a usage error; an error once training has started is not, and shows its traceback.
+    plan = dict(mode=mode, num_samples=args.num_samples, key=jax.random.key(args.seed), **axes)
     try:
-        result = sweep(
-            config, args.num_seeds, mode=mode, num_samples=args.num_samples,
-            key=jax.random.key(args.seed), keep_state=False,
-            callback=progress, callback_every=max(every, 1), **axes,
-        )
+        check_sweep(config, args.num_seeds, **plan)
     except (TypeError, ValueError) as e:
         raise SweepCLIError(str(e)) from None
+    result = sweep(config, args.num_seeds, keep_state=False, callback=progress,
+                   callback_every=max(every, 1), **plan)
     seconds = time.perf_counter() - start
 
     out.mkdir(parents=True, exist_ok=True)
