@@ -36,6 +36,18 @@ def is_host_env_id(env_id: Any) -> bool:
     return isinstance(env_id, str) and env_id.startswith(GYMNASIUM_PREFIX)
 
 
+def jax_twin(env_id: str) -> str | None:
+    """The JAX env fusedrl registers under the Gymnasium id of "gymnasium:<id>" (e.g. "CartPole-v1"
+    for "gymnasium:CartPole-v1"), or None: what to suggest when a host env cannot do what JAX
+    envs can (many seeds in one program, sweeps)."""
+    from fusedrl.envs.registry import registered_ids
+
+    if not is_host_env_id(env_id):
+        return None
+    name = env_id.split(":", 1)[1]
+    return name if name in registered_ids(include_gymnax=False) else None
+
+
 def _import_gymnasium():
     try:
         import gymnasium

@@ -273,6 +273,27 @@ def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):
         runs.train_run(PPOConfig(**TINY), num_seeds=2)
 
 
+def test_refusals_name_the_jax_twin_only_where_fusedrl_has_one():
+    from fusedrl import runs, sweep
+    from fusedrl.envs.host import jax_twin
+
+    assert jax_twin(CARTPOLE) == "CartPole-v1" and jax_twin("gymnasium:Pendulum-v1") == "Pendulum-v1"
+    assert jax_twin("gymnasium:FrozenLake-v1") is None  # a Gymnasium env fusedrl has no JAX copy of
+    assert jax_twin("CartPole-v1") is None  # already a JAX id
+    for env_id, twin in ((CARTPOLE, True), ("gymnasium:FrozenLake-v1", False)):
+        config = PPOConfig(**{**TINY, "env_id": env_id})
+        with pytest.raises(ValueError) as many_seeds:
+            runs.check_supported(config, runs.RunOptions(num_seeds=2))
+        with pytest.raises(ValueError) as swept:
+            sweep(config, 1, lr=[1e-3])
+        for message in (str(many_seeds.value), str(swept.value)):
+            if twin:
+                assert "fusedrl's JAX version, 'CartPole-v1'," in message, message
+            else:
+                assert "a JAX env id (see `fusedrl envs`)" in message and "FrozenLake" in message
+                assert "JAX version" not in message, message
+
+
 # The rl-zoo CartPole settings (8 envs x 32 steps, 20 epochs of one 256-sample minibatch, lr 1e-3
 # annealed, gamma 0.98, lambda 0.8, no entropy bonus), 100k env steps: ~25-60 s on the shared 2-core
 # CPU. Measured with keys 0..3: every greedy episode returned 500 (16 episodes per seed).

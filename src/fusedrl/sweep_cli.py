@@ -120,14 +120,13 @@ def build_config(args, axes: Mapping[str, Any] | None = None):
     """The base PPOConfig of the sweep: the env's preset (if any) with --set/--total-timesteps,
     parsed as `fusedrl train` parses them (`fusedrl._argtypes.parse_overrides`). A field both
     fixed here and swept in `axes` is an error: the sweep would silently override the --set."""
-    from fusedrl.envs import make, registered_ids
-    from fusedrl.envs.host import is_host_env_id
+    from fusedrl.envs import make
+    from fusedrl.envs.host import is_host_env_id, jax_twin
     from fusedrl.train import PPOConfig, has_preset, preset
 
     if is_host_env_id(args.env):
-        name = args.env.split(":", 1)[1]
-        twin = (f" Sweep fusedrl's JAX version instead: --env {name}."
-                if name in registered_ids(include_gymnax=False) else "")
+        twin = jax_twin(args.env)
+        twin = f" Sweep fusedrl's JAX version instead: --env {twin}." if twin else ""
         raise SweepCLIError(
             f"sweeps need a JAX environment: {args.env} is a Gymnasium env stepped on the host (the "
             f"host bridge), so its runs cannot be vmapped into one program.{twin} To train the Gymnasium "
