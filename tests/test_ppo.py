@@ -470,6 +470,31 @@ def test_evaluate_single_and_vmapped(small, seeds8):
         fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=0)
 
 
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (dict(hidden_sizes=(32,)), ["parameter ['params']['actor_0']['bias'] has shape",
+                                    "this config's network has (32,)", "hidden_sizes=(32,)"]),
+        (dict(hidden_sizes=(16, 16)), ["another network's", "'actor_1'", "hidden_sizes=(16, 16)"]),
+        (dict(env_id="Acrobot-v1"), ["'Acrobot-v1'", "['actor_0']['kernel'] has shape",
+                                     "this config's network has (6, 16)"]),
+        (dict(normalize_obs=True), ["another wrapper stack", "normalize_obs=True"]),
+        (dict(normalize_reward=True), ["another wrapper stack", "normalize_reward=True"]),
+    ],
+)
+def test_evaluate_names_what_differs_from_the_training_config(small, seeds8, change, words):
+    config, _, _, result = small
+    for trained in (result, seeds8[1]):  # one agent, and a vmapped result (a seed axis)
+        with pytest.raises(ValueError) as info:
+            fusedrl.evaluate(config.replace(**change), trained, jax.random.key(1), num_episodes=2)
+        for w in [*words, "result does not fit config", "the PPOConfig the result was trained with"]:
+            assert w in str(info.value), (w, str(info.value))
+    # Two leading axes are no seed axis.
+    stacked = jax.tree.map(lambda x: x[None], seeds8[1])
+    with pytest.raises(ValueError, match=r"has shape \(1, 8, 16\)"):
+        fusedrl.evaluate(config, stacked, jax.random.key(1), num_episodes=2)
+
+
 def _episode_lengths_env():
     """A CartPole-shaped env (obs float32 [4] zeros, Discrete(2)) whose episodes last k = 2 or 12
     steps, k drawn at reset, with reward r ~ U(0, 1) (drawn at reset) every step: return k * r."""

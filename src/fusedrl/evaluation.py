@@ -45,25 +45,54 @@ def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
 
 def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool):
     """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
-    config = trainer.config
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
-    single = single_state.params
-    leaf, ref = jax.tree.leaves(result.params)[0], jax.tree.leaves(single)[0]
+    _check_fits(trainer.config, result, single_state)
+    leaf, ref = jax.tree.leaves(result.params)[0], jax.tree.leaves(single_state.params)[0]
     seed_axes = leaf.ndim - ref.ndim  # 1: a vmapped result, one agent per seed
     if seed_axes in (0, 1) and result.state.obs.ndim == single_state.obs.ndim + seed_axes + 1:
         # `data_parallel_train`'s result (per seed, if vmapped): one agent, per-shard envs whose
         # normaliser statistics are pooled over the shards, hence equal: any shard's will do.
         shard0 = jax.tree.map(lambda x: x[:, 0] if seed_axes else x[0], result.state.env_state)
         result = result.replace(state=result.state.replace(env_state=shard0))
-    if leaf.ndim == ref.ndim + 1:
+    if seed_axes == 1:
         keys = jax.random.split(key, leaf.shape[0])
         return jax.vmap(lambda r, k: _evaluate(trainer, r, k, num_episodes, greedy))(result, keys)
-    if leaf.ndim != ref.ndim:
-        raise ValueError(
-            f"result.params do not match config {config.env_id!r}: a leaf has shape {leaf.shape}, "
-            f"expected {ref.shape} (or one leading seed axis)."
-        )
     return _evaluate(trainer, result, key, num_episodes, greedy)
+
+
+def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> None:
+    """Raises ValueError, naming what differs, unless `result` was trained with a config like
+    `config` (one agent's shapes, or one leading seed axis on every parameter)."""
+    fix = "Pass evaluate the PPOConfig the result was trained with."
+    got, want = result.params, single_state.params
+    if jax.tree.structure(got) != jax.tree.structure(want):
+        raise ValueError(
+            f"result does not fit config {config.env_id!r}: its parameters are another network's "
+            f"(layers {_layers(got)}, this config's {_layers(want)}; hidden_sizes="
+            f"{config.hidden_sizes}). {fix}"
+        )
+    seed_axes = set()
+    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True):
+        extra = g.ndim - w.ndim
+        if extra not in (0, 1) or g.shape[extra:] != w.shape:
+            raise ValueError(
+                f"result does not fit config {config.env_id!r}: parameter "
+                f"{jax.tree_util.keystr(path)} has shape {g.shape}, this config's network has "
+                f"{w.shape} (or one leading seed axis); hidden_sizes={config.hidden_sizes}. {fix}"
+            )
+        seed_axes.add(extra)
+    if len(seed_axes) > 1:
+        raise ValueError(f"result.params mix leaves with and without a leading seed axis. {fix}")
+    if jax.tree.structure(result.state.env_state) != jax.tree.structure(single_state.env_state):
+        raise ValueError(
+            f"result does not fit config {config.env_id!r}: its env state has another wrapper stack "
+            f"(normalize_obs={config.normalize_obs}, normalize_reward={config.normalize_reward} "
+            f"here; one of them, or the env, differs from the training run's). {fix}"
+        )
+
+
+def _layers(params) -> list[str]:
+    return sorted(params["params"]) if "params" in params else sorted(params)
 
 
 def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy: bool):
