@@ -235,6 +235,12 @@ def _run(args) -> int:
         raise SweepCLIError(f"--num-seeds must be >= 1, got {args.num_seeds}.")
     mode, axes = parse_axes(args)
     config = build_config(args, axes)
+    # Bad input is a usage error; an error once the sweep runs is not, and shows its traceback.
+    plan = dict(mode=mode, num_samples=args.num_samples, key=jax.random.key(args.seed), **axes)
+    try:
+        check_sweep(config, args.num_seeds, **plan)
+    except (TypeError, ValueError) as e:
+        raise SweepCLIError(str(e)) from None
     out = args.out or default_out(config.env_id)
     if out.exists() and not out.is_dir():
         raise SweepCLIError(f"--out {out} exists and is not a directory; choose another --out.")
@@ -262,12 +268,6 @@ def _run(args) -> int:
     print(f"sweep {config.env_id}: mode={mode}, {args.num_seeds} seed(s), axes "
           f"{', '.join(axes) or '(none)'}; compiling...", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    # Bad input is a usage error; an error once training has started is not, and shows its traceback.
-    plan = dict(mode=mode, num_samples=args.num_samples, key=jax.random.key(args.seed), **axes)
-    try:
-        check_sweep(config, args.num_seeds, **plan)
-    except (TypeError, ValueError) as e:
-        raise SweepCLIError(str(e)) from None
     result = sweep(config, args.num_seeds, keep_state=False, callback=progress,
                    callback_every=max(every, 1), **plan)
     seconds = time.perf_counter() - start
