@@ -15,6 +15,7 @@ import pytest
 
 import fusedrl
 from fusedrl.train import PPOConfig, make_train
+from fusedrl.train.losses import Batch
 
 SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
              update_epochs=2, num_minibatches=2, hidden_sizes=(16,))
@@ -62,6 +63,11 @@ def test_config_derived_values():
         (dict(env_params=[1]), TypeError, ["env_params", "mapping", "'gravity'"]),
         (dict(env_params={"gravity": [9.8, 12.0]}), TypeError,
          ["env_params['gravity']", "number", "fusedrl.sweep(config, gravity=[...])"]),
+        (dict(clip_eps=0.0), ValueError, ["clip_eps", "> 0"]),
+        (dict(clip_eps=-0.2), ValueError, ["clip_eps", "> 0"]),
+        (dict(max_grad_norm=0.0), ValueError, ["max_grad_norm", "> 0"]),
+        (dict(gae_lambda=-0.1), ValueError, ["gae_lambda", "[0, 1]"]),
+        (dict(ent_coef=-0.01), ValueError, ["ent_coef", ">= 0"]),
     ],
 )
 def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
@@ -69,6 +75,13 @@ def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
         PPOConfig(**kwargs)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+@pytest.mark.parametrize("kwargs", [dict(gamma=1.0), dict(gae_lambda=0.0), dict(gae_lambda=1.0),
+                                    dict(ent_coef=0.0), dict(vf_coef=0.0),
+                                    dict(max_grad_norm=float("inf"))])
+def test_config_accepts_the_closed_ends_of_its_ranges(kwargs):
+    assert getattr(PPOConfig(**kwargs), next(iter(kwargs))) == next(iter(kwargs.values()))
 
 
 def test_config_env_params_are_plain_python_numbers():
@@ -126,6 +139,19 @@ def test_episode_return_carried_not_nan_when_no_episode_completes():
     m = result.metrics
     np.testing.assert_array_equal(m["episodes_completed"], 0)
     np.testing.assert_array_equal(m["episode_return"], 0.0)
+
+
+def test_episode_statistics_carry_over_updates_without_an_episode_end():
+    # Pendulum episodes last 200 steps: with 1 env and 100-step updates they end in updates 2, 4, 6,
+    # and updates 3 and 5 repeat the return of the episode that ended just before.
+    c = PPOConfig(env_id="Pendulum-v1", num_envs=1, num_steps=100, total_timesteps=600,
+                  num_minibatches=1, update_epochs=1, hidden_sizes=(8,))
+    m = jax.jit(make_train(c))(jax.random.key(0)).metrics
+    np.testing.assert_array_equal(m["episodes_completed"], [0, 1, 0, 1, 0, 1])
+    np.testing.assert_array_equal(m["episode_length"], [0, 200, 200, 200, 200, 200])
+    ret = np.asarray(m["episode_return"])
+    assert ret[0] == 0.0 and ret[1] < 0 and ret[3] != ret[1]
+    np.testing.assert_array_equal(ret[[2, 4]], ret[[1, 3]])
 
 
 def test_same_key_bit_identical(small):
@@ -342,6 +368,44 @@ def test_target_kl_stops_an_update_early():
     assert float(one_epoch.metrics["approx_kl"][0]) < 1e-9
 
 
+def test_target_kl_stops_only_beyond_one_and_a_half_times_the_target():
+    # SB3's rule: an update stops once approx_kl > 1.5 * target_kl. Two full-batch epochs: the
+    # second evaluation's KL (the first is 0) decides whether the second step is taken.
+    base = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=64,
+                     num_minibatches=1, update_epochs=2, hidden_sizes=(16,), lr=1e-2)
+    key = jax.random.key(3)
+    free = jax.jit(make_train(base))(key)
+    kl = 2 * float(free.metrics["approx_kl"][0])
+    assert kl > 1e-4
+    for target, steps in ((kl / 1.25, 2), (kl / 1.75, 1)):  # 1.5 * target = 1.2 kl, 0.857 kl
+        r = jax.jit(make_train(base.replace(target_kl=target)))(key)
+        np.testing.assert_array_equal(r.metrics["gradient_steps"], [steps], err_msg=str(target))
+
+
+def test_data_parallel_advantage_normalisation_matches_the_plain_agent_on_equal_shards():
+    # Two shards holding the same batch: the pooled statistics equal each shard's own, so the
+    # data-parallel step must be the plain agent's step (advantages of mean 2 and std 3, so a
+    # normalisation by the variance instead of the std would show).
+    config = PPOConfig(**SMALL)
+    plain, dp = make_train(config), make_train(config, axis_name="shards")
+    hp = plain.default_hparams()
+    state = plain.init(jax.random.key(0), hp)
+    rng = np.random.default_rng(0)
+    n = config.batch_size
+    batch = Batch(obs=jnp.asarray(rng.normal(0, 1, (n, 4)), jnp.float32),
+                  action=jnp.asarray(rng.integers(0, 2, n), jnp.int32),
+                  log_prob=jnp.full((n,), np.log(0.5), jnp.float32), value=jnp.zeros(n),
+                  advantage=jnp.asarray(rng.normal(2.0, 3.0, n), jnp.float32),
+                  target=jnp.asarray(rng.normal(0, 1, n), jnp.float32))
+    k = jax.random.key(1)
+    want = jax.jit(plain.learn)(state.params, state.opt_state, batch, hp, k)[0]
+    both = jax.vmap(dp.learn, in_axes=(None,) * 5, axis_size=2, axis_name="shards")
+    got = jax.jit(both)(state.params, state.opt_state, batch, hp, k)[0]
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        np.testing.assert_allclose(b[0], a, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(b[1], a, rtol=1e-4, atol=1e-6)
+
+
 def test_data_parallel_shards_share_normalizer_statistics():
     # Shards of one agent see different observations and rewards; the normalisers pool them, so the
     # shared network sees every shard's inputs scaled alike, and evaluate takes the agent's result.
@@ -414,6 +478,32 @@ def test_the_optimizer_steps_with_the_reported_learning_rate(small):
             update, state = opt.update(grad, state, params)
             np.testing.assert_allclose(np.abs(update["w"]), want, rtol=1e-3, err_msg=f"update {u}")
     assert want == pytest.approx(config.lr / config.num_updates)
+
+
+def test_learning_rate_stays_at_zero_past_the_budget(small):
+    # A run resumed past its budget keeps the annealed rate at 0; it never turns negative.
+    _, train, _, _ = small
+    hp = train.default_hparams()
+    n = train.config.num_updates
+    assert float(train.learning_rate(hp, jnp.int32(n - 1))) > 0
+    for u in (n, n + 1, 3 * n):
+        assert float(train.learning_rate(hp, jnp.int32(u))) == 0.0
+
+
+def test_explained_variance_metric_is_of_the_values_against_the_targets(small):
+    _, train, _, _ = small
+    hp = train.default_hparams()
+
+    @jax.jit
+    def one_update(key):
+        state = train.init(key, hp)
+        state, traj = train.rollout(state, hp, train.make_env(hp), key)
+        _, targets = train.advantages(state.params, traj, hp)
+        _, metrics = train.learn_from_rollout(state, traj, hp)
+        return traj.value, targets, metrics["explained_variance"]
+
+    value, target, ev = (np.asarray(x, np.float64) for x in one_update(jax.random.key(0)))
+    np.testing.assert_allclose(ev, 1 - np.var(target - value) / np.var(target), rtol=1e-4)
 
 
 def test_episode_return_is_the_raw_return_under_reward_normalisation():
