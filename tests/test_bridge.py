@@ -294,6 +294,98 @@ def test_refusals_name_the_jax_twin_only_where_fusedrl_has_one():
                 assert "JAX version" not in message, message
 
 
+def test_only_gymnasium_ids_borrow_a_twins_preset():
+    from fusedrl.train.presets import preset, preset_source
+
+    for env_id in ["gymnax:CartPole-v1", "other:Pendulum-v1"]:
+        assert preset_source(env_id) is None
+        assert preset(env_id) == PPOConfig(env_id=env_id)  # the defaults, not the twin's preset
+    assert preset_source(CARTPOLE) == "CartPole-v1"
+
+
+# ------------------------------------------------------------------------- bookkeeping, evaluation
+def test_episode_returns_are_the_sum_of_each_episodes_rewards():
+    # 5-step time limit: every episode is truncated after 5 steps; CartPole pays 1 per step.
+    config = PPOConfig(env_id=CARTPOLE, num_envs=3, num_steps=12, total_timesteps=36,
+                       hidden_sizes=(8,), env_params={"max_episode_steps": 5})
+    train = make_train(config)
+    hp = train.default_hparams()
+    envs = train.env.make_vec(config.num_envs)
+    try:
+        state, episode = train.reset_envs(envs, train.init(jax.random.key(0), hp))
+        state, episode, (steps, host) = train.collect(envs, state, episode)
+    finally:
+        envs.close()
+    ends = host["episode_done"]
+    assert ends.sum() == 6
+    np.testing.assert_array_equal(host["episode_return"][ends], 5.0)  # 2nd episodes too: counters reset
+    np.testing.assert_array_equal(host["episode_length"][ends], 5)
+    np.testing.assert_array_equal(episode[0], 2.0)  # the running 3rd episodes: 2 steps, return 2
+    np.testing.assert_array_equal(episode[1], 2)
+
+
+def test_reward_scaling_resets_the_discounted_return_at_episode_ends():
+    config = PPOConfig(env_id=CARTPOLE, num_envs=2, num_steps=4, total_timesteps=8, hidden_sizes=(8,),
+                       normalize_reward=True)
+    train = make_train(config)
+    state = train.init(jax.random.key(0))
+    reward = jnp.ones((4, 2), jnp.float32)
+    done = np.zeros((4, 2), bool)
+    done[1, 0] = True  # env 0 ends an episode at step 1
+    env_state, _ = train.scale_rewards(state.env_state, reward, done, 0.9)
+    # env 0: returns 1, 1.9 | reset | 1, 1.9; env 1: 1, 1.9, 2.71, 3.439
+    np.testing.assert_allclose(env_state.discounted_return, [1.9, 3.439], rtol=1e-6)
+
+
+def test_observation_normaliser_counts_the_batch_before_normalising_it():
+    # NormalizeObservation's order (fused path): update the statistics, then normalise with them.
+    config = PPOConfig(env_id=CARTPOLE, num_envs=4, num_steps=4, total_timesteps=16, hidden_sizes=(8,),
+                       normalize_obs=True)
+    train = make_train(config)
+    env_state = train.init(jax.random.key(0)).env_state
+    raw = np.random.default_rng(0).normal(3.0, 2.0, (4, 4)).astype(np.float32)
+    new_state, obs, _ = train.observe(env_state, raw)
+    from fusedrl.envs.wrappers import RunningMeanStd
+
+    want = RunningMeanStd.create((4,)).update(jnp.asarray(raw))
+    np.testing.assert_allclose(new_state.obs_stats.mean, want.mean, rtol=1e-6)
+    np.testing.assert_allclose(obs, want.normalize(jnp.asarray(raw), epsilon=1e-8, clip=10.0), rtol=1e-5)
+
+
+def test_rollout_actions_are_sampled_not_greedy():
+    config = PPOConfig(env_id=CARTPOLE, num_envs=64, num_steps=4, total_timesteps=256, hidden_sizes=(8,))
+    train = make_train(config)
+    state = train.init(jax.random.key(0))
+    obs = jnp.zeros((64, 4))  # one observation, 64 times: a sampling policy picks both actions
+    action, log_prob, _, key = train.act(state.params, obs, state.key)
+    assert len(set(np.asarray(action).tolist())) == 2
+    assert not np.array_equal(jax.random.key_data(key), jax.random.key_data(state.key))
+
+
+def test_evaluate_returns_each_envs_first_episode_only():
+    config = PPOConfig(env_id=CARTPOLE, num_envs=2, num_steps=8, total_timesteps=16, hidden_sizes=(8,))
+    train = make_train(config)
+    result = train(jax.random.key(0))
+    key = jax.random.key(1)
+    returns = np.asarray(evaluate(config, result, key, num_episodes=8))
+    # Reference: the same greedy policy on 8 single Gymnasium envs seeded as the vector env seeds them.
+    _, k_seed = jax.random.split(key)
+    seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
+    want = []
+    for i in range(8):
+        env = gymnasium.make("CartPole-v1")
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            pi, _ = train.network.apply(result.params, jnp.asarray(obs[None], jnp.float32))
+            obs, r, term, trunc, _ = env.step(int(pi.mode()[0]))
+            total += r
+            done = term or trunc
+        want.append(total)
+    assert len(set(want)) > 1  # the episodes end at different times
+    np.testing.assert_array_equal(returns, want)
+
+
 # The rl-zoo CartPole settings (8 envs x 32 steps, 20 epochs of one 256-sample minibatch, lr 1e-3
 # annealed, gamma 0.98, lambda 0.8, no entropy bonus), 100k env steps: ~25-60 s on the shared 2-core
 # CPU. Measured with keys 0..3: every greedy episode returned 500 (16 episodes per seed).
