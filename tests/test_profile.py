@@ -57,3 +57,24 @@ def test_default_config_is_the_preset_cut_to_100_updates():
         expected = fusedrl.preset(twin)
         assert config.env_id == env_id and config.total_timesteps == 100 * config.batch_size
         assert config.hidden_sizes == expected.hidden_sizes and config.lr == expected.lr
+
+
+def test_progress_cost_rotates_which_program_runs_first(monkeypatch, capsys):
+    # Stand-ins for the compile and the timed runs: what is checked is the order of the runs, each
+    # repeat starting with the next program, and the medians and ratios printed from their times.
+    from fusedrl import progress_cost
+
+    monkeypatch.setattr(progress_cost, "_compiled", lambda config, seeds, k: (fusedrl.make_train(
+        config), f"program {k}", 0.0))
+    ran = []
+
+    def timed_run(run, keys, hparams, config, csv_path):
+        ran.append(run)
+        return (1.0, 0.5) if run == "program 0" else (1.5, 0.6)  # the callback costs +50% wall
+
+    monkeypatch.setattr(progress_cost, "timed_run", timed_run)
+    progress_cost.main(["--env", "CartPole-v1", "--every", "8", "1", "--repeats", "3"])
+    assert ran == ["program 0", "program 8", "program 1", "program 8", "program 1", "program 0",
+                   "program 1", "program 0", "program 8"]
+    out = capsys.readouterr().out
+    assert "wall median callback every 8       1.50 s   ratio 1.500 (+50.0%)" in out, out

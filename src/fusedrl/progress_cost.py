@@ -2,7 +2,8 @@
 
 Compiles the CLI's program with the callback off and with it on (every k updates, feeding the CSV
 logger and the progress bar as `fusedrl train` does), then alternates timed runs of each and
-reports the medians and their ratio. Alternating spreads the noise of a shared machine evenly.
+reports the medians and their ratio. Alternating spreads the noise of a shared machine evenly, and
+each repeat starts with the next program in turn, so none is always the first to run.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ def measure(env_id: str, every: list[int], repeats: int, num_seeds: int):
     times: dict[int, list[float]] = {k: [] for k in programs}
     cpu: dict[int, list[float]] = {k: [] for k in programs}
     with tempfile.TemporaryDirectory() as tmp:
+        order = list(programs)
         for r in range(repeats):
-            for k, (run, hparams) in programs.items():
+            for k in order[r % len(order):] + order[:r % len(order)]:
+                run, hparams = programs[k]
                 wall, cpu_s = timed_run(run, keys, hparams, config, Path(tmp) / f"m{k}_{r}.csv")
                 times[k].append(wall)
                 cpu[k].append(cpu_s)
