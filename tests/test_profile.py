@@ -64,8 +64,10 @@ def test_progress_cost_rotates_which_program_runs_first(monkeypatch, capsys):
     # repeat starting with the next program, and the medians and ratios printed from their times.
     from fusedrl import progress_cost
 
-    monkeypatch.setattr(progress_cost, "_compiled", lambda config, seeds, k: (fusedrl.make_train(
-        config), f"program {k}", 0.0))
+    def compiled(config, num_seeds, every):
+        return fusedrl.make_train(config), f"program {every}", 0.0
+
+    monkeypatch.setattr(progress_cost, "_compiled", compiled)
     ran = []
 
     def timed_run(run, keys, hparams, config, csv_path):
