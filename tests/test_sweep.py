@@ -142,22 +142,48 @@ def test_an_env_param_given_as_int_then_float_compiles_for_each():
 
 
 # ------------------------------------------------------------------------------ tidy tables
-def _synthetic(mode="grid"):
-    """A SweepResult with known curves (no training): 2 seeds x 2 lrs x 20 updates."""
-    curves = np.arange(2 * 2 * 20, dtype=np.float32).reshape(2, 2, 20)
-    curves[1, 0, 5] = 1000.0  # a peak: best != final
-    steps = np.broadcast_to(np.arange(1, 21) * 64, (2, 2, 20))
-    lr = np.array([1e-4, 3e-4], np.float32)
+def _synthetic(mode="grid", curves=None, field="lr", coord=(1e-4, 3e-4)):
+    """A SweepResult with known curves (no training): [seeds, 2 values of `field`, updates];
+    by default 2 seeds x 2 lrs x 20 updates."""
+    if curves is None:
+        curves = np.arange(2 * 2 * 20, dtype=np.float32).reshape(2, 2, 20)
+        curves[1, 0, 5] = 1000.0  # a peak: best != final
+    seeds, num, updates = curves.shape
+    steps = np.broadcast_to(np.arange(1, updates + 1) * 64, curves.shape)
+    coord = np.asarray(coord, np.float32)
     if mode == "grid":
-        dims, axes = ("seed", "lr"), {"seed": np.arange(2), "lr": lr}
+        dims, axes = ("seed", field), {"seed": np.arange(seeds), field: coord}
     else:
-        dims, axes = ("seed", "trial"), {"seed": np.arange(2), "trial": np.arange(2)}
+        dims, axes = ("seed", "trial"), {"seed": np.arange(seeds), "trial": np.arange(num)}
     return SweepResult(
         config=PPOConfig(**SMALL), mode=mode, dims=dims, axes=axes,
-        values={"lr": np.broadcast_to(lr, (2, 2))},
+        values={field: np.broadcast_to(coord, (seeds, num))},
         metrics={"episode_return": curves, "env_steps": steps}, result=None,
-        seed_keys=jax.random.split(jax.random.key(0), 2),
+        seed_keys=jax.random.split(jax.random.key(0), seeds),
     )
+
+
+def test_to_table_last10_rounds_up_and_best_includes_the_first_update():
+    # 15 updates: the last 10% is ceil(1.5) = 2 updates; the best return is at update 1.
+    curve = np.array([100.0] + list(range(1, 15)), np.float32)
+    row = _synthetic(curves=np.broadcast_to(curve, (1, 2, 15)).copy()).to_table()[0]
+    assert row["final_return"] == 14.0
+    assert row["last10_return"] == 13.5  # mean of updates 14 and 15 (13, 14)
+    assert row["best_return"] == 100.0
+
+
+def test_hparams_of_an_env_param_sweep_carry_the_runs_env_value():
+    r = _synthetic(curves=np.zeros((1, 2, 3), np.float32), field="gravity", coord=(9.8, 12.0))
+    np.testing.assert_allclose(r.hparams(gravity=1).env_params.gravity, 12.0, rtol=1e-6)
+    np.testing.assert_allclose(r.hparams(gravity=0).env_params.gravity, 9.8, rtol=1e-6)
+
+
+def test_sel_of_a_one_value_list_in_zip_mode_keeps_the_trial_dim():
+    r = _synthetic(mode="zip")
+    part = r.sel(lr=[3e-4])
+    assert part.dims == ("seed", "trial") and part.shape == (2, 1)
+    assert part.axes["trial"].tolist() == [1]
+    assert r.sel(lr=3e-4).dims == ("seed",)  # a scalar drops it
 
 
 def test_to_table_rows():
@@ -204,6 +230,16 @@ def test_sweep_cli_summary_puts_combinations_without_episodes_last():
     assert [row["lr"] for row in rows] == [3e-4, 1e-4]
     assert rows[0]["last10_return_mean"] == -59.5 and rows[0]["seeds"] == 2  # -39.5 and -79.5
     assert np.isnan(rows[1]["last10_return_mean"])  # not a return: seed 1 has none
+    assert format_summary(r).splitlines()[1].startswith("0.0003")
+
+
+def test_sweep_cli_summary_lists_the_best_combination_first():
+    from fusedrl.sweep_cli import format_summary, summary_rows
+
+    r = _synthetic(curves=np.arange(2 * 2 * 20, dtype=np.float32).reshape(2, 2, 20))
+    rows = summary_rows(r)  # lr 3e-4 ends higher than lr 1e-4 for both seeds, and every run has episodes
+    assert [row["lr"] for row in rows] == [3e-4, 1e-4]
+    assert rows[0]["last10_return_mean"] == 58.5  # (38.5 + 78.5) / 2
     assert format_summary(r).splitlines()[1].startswith("0.0003")
 
 
@@ -396,6 +432,22 @@ def test_sweep_cli_progress_counts_calls_across_runs():
     assert "steps/s total" in lines[-1]
 
 
+def test_sweep_cli_progress_rate_counts_the_steps_since_the_first_report(monkeypatch):
+    import io
+    import types
+
+    from fusedrl import sweep_cli
+
+    clock = iter(float(t) for t in range(100))  # one call per second; the first starts the clock
+    monkeypatch.setattr(sweep_cli, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    out = io.StringIO()
+    progress = sweep_cli._Progress(num_runs=1, calls_per_run=10, steps_per_call=100, file=out)
+    for _ in range(10):
+        progress({"env_steps": 0})
+    lines = out.getvalue().splitlines()
+    assert lines and all("~100 steps/s total" in x for x in lines), lines
+
+
 # ----------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize(
     "kwargs, words",
@@ -464,6 +516,24 @@ def test_bad_inputs_name_the_argument_and_the_fix(call, error, words):
         call(PPOConfig(**SMALL))
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+def test_random_integer_uniform_bounds_are_both_drawn():
+    config = PPOConfig(**SMALL)
+    fields = sweep_module._env_fields(config)
+    for spec in [(100, 101), sweep_module.Uniform(100, 101)]:
+        values = sweep_module._layout(config, 1, "random", 64, jax.random.key(0),
+                                      {"max_steps_in_episode": spec}, fields)[2]
+        assert set(values["max_steps_in_episode"][0].tolist()) == {100, 101}, spec
+
+
+def test_random_fields_with_the_same_spec_are_drawn_independently():
+    config = PPOConfig(**SMALL)
+    fields = sweep_module._env_fields(config)
+    axes = dict(vf_coef=(0.1, 1.0), ent_coef=(0.1, 1.0))
+    values = sweep_module._layout(config, 1, "random", 64, jax.random.key(0), axes, fields)[2]
+    a, b = values["vf_coef"][0], values["ent_coef"][0]
+    assert abs(np.corrcoef(a, b)[0, 1]) < 0.5  # one key for both would draw the same values (1.0)
 
 
 def test_random_layout_is_reproducible_and_in_range():
