@@ -20,10 +20,18 @@ import numpy as np
 import pytest
 
 from fusedrl import cli, policy, runs
-from fusedrl.loggers import CSV_COLUMNS, CSVLogger, TensorBoardLogger, WandbLogger
+from fusedrl._json import dumps as strict_json
+from fusedrl.loggers import (
+    CSV_COLUMNS,
+    CSVLogger,
+    TensorBoardLogger,
+    WandbLogger,
+    format_rows,
+    metrics_to_rows,
+)
 from fusedrl.progress import Monitor, interrupt_guard
 from fusedrl.train import PPOConfig, preset
-from fusedrl.train.ppo import METRIC_NAMES
+from fusedrl.train.ppo import METRIC_NAMES, has_episode
 
 TINY = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=2, num_minibatches=2,
             hidden_sizes=(16,))
@@ -397,6 +405,86 @@ def test_run_files_are_strict_json(trained, tmp_path):
     ckpt.save(tmp_path / "ckpt", config, trained[1].result.state, trained[1].result.hparams, num_seeds=2)
     strict((tmp_path / "ckpt" / "meta.json").read_text())
     assert ckpt.restore(tmp_path / "ckpt", config)[0] == config
+
+
+def test_metrics_csv_has_a_column_per_metric_with_its_values():
+    # [2 seeds, 3 updates] per metric, each value telling its metric, seed and update apart.
+    metrics = {name: np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * i
+               for i, name in enumerate(METRIC_NAMES)}
+    rows = list(csv.DictReader(io.StringIO(format_rows(metrics_to_rows(metrics), header=True))))
+    assert len(rows) == 6
+    assert set(rows[0]) == {"update", "seed", *METRIC_NAMES}
+    for row in rows:
+        u, s = int(row["update"]) - 1, int(row["seed"])
+        for i, name in enumerate(METRIC_NAMES):
+            assert float(row[name]) == 3 * s + u + 10 * i, name
+
+
+def test_csv_logger_appending_to_a_file_writes_the_header_once(tmp_path):
+    path = tmp_path / "metrics.csv"
+    row = {name: 1.0 for name in METRIC_NAMES}
+    for update in (1, 2):  # e.g. a second logger continuing the file
+        logger = CSVLogger(path)
+        logger.log(update, [{"update": update, "seed": 0, **row}])
+        logger.close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("update,seed,env_steps")
+    assert [r["update"] for r in csv.DictReader(io.StringIO(path.read_text()))] == ["1", "2"]
+
+
+def test_strict_json_writes_numpy_arrays_as_lists():
+    text = strict_json({"per_seed": np.array([1.5, np.nan, np.inf, -np.inf], np.float32), "n": np.int64(3)})
+    strict = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert strict == {"per_seed": [1.5, None, float("inf"), float("-inf")], "n": 3}
+
+
+def test_summary_statistics_are_over_seeds_of_all_their_steps(trained):
+    # The std is over the seeds' mean returns (not all episodes); steps/s counts every seed's steps;
+    # the final training return is the last update's (None for a seed with no episode yet).
+    _, run, *_ = trained
+    s = run.summary
+    per_seed = np.asarray(s["eval_return_per_seed"])
+    assert s["eval_return_std"] == pytest.approx(per_seed.std(), abs=2e-3)
+    assert s["eval_return_mean"] == pytest.approx(per_seed.mean(), abs=2e-3)
+    assert s["train_seconds"] > 0
+    ratio = s["sps"] / (s["env_steps_per_seed"] * s["num_seeds"] / s["train_seconds"])
+    assert 0.7 < ratio < 1.4, ratio  # train_seconds is rounded to 1 ms; one seed's steps would be 0.5
+    m = {k: np.asarray(run.result.metrics[k]) for k in ("episode_return", "episode_length")}
+    last = {k: v[:, -1] for k, v in m.items()}
+    want = [round(float(x), 3) if e else None
+            for x, e in zip(last["episode_return"], has_episode(last), strict=True)]
+    assert s["final_train_return_per_seed"] == want and any(w is not None for w in want)
+    assert not np.array_equal(m["episode_return"][:, -1], m["episode_return"][:, -2])  # tells them apart
+
+
+def test_stop_guard_is_on_when_the_only_callback_is_the_last_update():
+    # progress_every == num_updates: one callback, at the end; the first Ctrl-C must still wait
+    # for it (a clean stop), not reach the handler installed before.
+    hits = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    try:
+        monitor = Monitor(1, 10)
+        with runs._stop_guard(monitor, 5, 5):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert monitor.stop_requested and not hits
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_shares_of_several_seeds_number_their_seeds_from_the_shares_first(monkeypatch):
+    # 4 seeds on 2 host threads: 2 seeds per share; the logger sees seeds 0..3 at every update.
+    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
+    recorder = Recorder()
+    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3,
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
+    run = runs.train_run(config, None, num_seeds=4, eval_episodes=1, progress=False, progress_every=1,
+                         loggers=[recorder])
+    assert run.summary["streams"] == 2
+    assert [u for u, _ in recorder.calls] == [1, 2, 3]
+    for update, rows in recorder.calls:
+        assert [r["seed"] for r in rows] == [0, 1, 2, 3]
+        for r in rows:
+            assert r["policy_loss"] == np.asarray(run.result.metrics["policy_loss"])[r["seed"], update - 1]
 
 
 def test_set_parses_optional_numbers():

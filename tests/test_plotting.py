@@ -1,11 +1,12 @@
 """Learning curves and the progress line: episode statistics start at the first completed episode."""
 
 import io
+import time
 
 import numpy as np
 import pytest
 
-from fusedrl.plotting import _moving_average, curve_figure
+from fusedrl.plotting import _moving_average, curve_figure, seed_statistics
 from fusedrl.progress import ProgressBar
 
 
@@ -60,3 +61,39 @@ def test_tensorboard_and_wandb_rows_leave_out_placeholder_episode_statistics():
     assert _without_placeholders(before) == {"seed": 0, "env_steps": 64, "entropy": 0.69}
     after = {**before, "episode_return": -200.0, "episode_length": 200}
     assert _without_placeholders(after) == after
+
+
+def test_progress_sps_counts_every_seed():
+    bar = ProgressBar(10, 1000, 2, file=io.StringIO())
+    try:
+        bar.start = time.perf_counter() - 10.0  # 10 s of training
+        # 10 updates x 1000 steps per seed, 2 seeds: 20k steps in 10 s.
+        assert "10k steps x2  2k SPS" in bar.info(10, [{"episode_return": 1.0, "episode_length": 5}] * 2)
+    finally:
+        bar.close()
+
+
+def test_plain_progress_always_prints_the_last_update():
+    # 11 updates, one call each: lines at 2, 4, 6, 8, 10 (every ~10%), then the end, 11/11,
+    # although 11 is less than 10% after 10.
+    out = io.StringIO()
+    bar = ProgressBar(11, 64, 1, file=out)
+    try:
+        for update in range(1, 12):
+            bar.log(update, [{"episode_return": 1.0, "episode_length": 5}])
+    finally:
+        bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("update 11/11"), lines
+
+
+def test_seed_statistics_are_population_std_and_min_max_of_known_seeds():
+    # Negative returns; seed 0 has no value yet at update 1.
+    y = np.array([[-1.0, np.nan, -2.0], [-3.0, -5.0, -4.0]])
+    mean, std, low, high = seed_statistics(y)
+    np.testing.assert_allclose(mean, [-2.0, -5.0, -3.0])
+    np.testing.assert_allclose(std, [1.0, 0.0, 1.0])  # over the seeds themselves (ddof 0)
+    np.testing.assert_allclose(low, [-3.0, -5.0, -4.0])
+    np.testing.assert_allclose(high, [-1.0, -5.0, -2.0])
+    none = seed_statistics(np.full((2, 1), np.nan))
+    assert all(np.isnan(x).all() for x in none)
