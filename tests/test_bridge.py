@@ -163,8 +163,10 @@ def test_jit_and_vmap_refuse_with_a_clear_error(tiny):
         fusedrl.evaluate(PPOConfig(**TINY), tiny[2], jax.random.key(0), num_episodes=2)
 
 
-def test_truncation_keeps_the_final_observation_and_is_not_termination():
-    # A 5-step time limit: every episode is truncated (CartPole cannot fall within 5 steps).
+def _collect_with_a_five_step_limit():
+    """One 12-step rollout of 3 Gymnasium CartPoles under a 5-step time limit: every episode is
+    truncated (CartPole cannot fall within 5 steps), twice per env. (train, hp, state, episode,
+    steps, host) as `HostPPO.collect` leaves them."""
     config = PPOConfig(env_id=CARTPOLE, num_envs=3, num_steps=12, total_timesteps=36,
                        hidden_sizes=(8,), env_params={"max_episode_steps": 5})
     train = make_train(config)
@@ -175,6 +177,11 @@ def test_truncation_keeps_the_final_observation_and_is_not_termination():
         state, episode, (steps, host) = train.collect(envs, state, episode)
     finally:
         envs.close()
+    return train, hp, state, episode, steps, host
+
+
+def test_truncation_keeps_the_final_observation_and_is_not_termination():
+    train, hp, state, _, steps, host = _collect_with_a_five_step_limit()
     _, traj = train.transition(state.env_state, steps, host, hp.gamma)
     done = np.asarray(traj.done)
     ends = np.zeros_like(done)
@@ -305,17 +312,8 @@ def test_only_gymnasium_ids_borrow_a_twins_preset():
 
 # ------------------------------------------------------------------------- bookkeeping, evaluation
 def test_episode_returns_are_the_sum_of_each_episodes_rewards():
-    # 5-step time limit: every episode is truncated after 5 steps; CartPole pays 1 per step.
-    config = PPOConfig(env_id=CARTPOLE, num_envs=3, num_steps=12, total_timesteps=36,
-                       hidden_sizes=(8,), env_params={"max_episode_steps": 5})
-    train = make_train(config)
-    hp = train.default_hparams()
-    envs = train.env.make_vec(config.num_envs)
-    try:
-        state, episode = train.reset_envs(envs, train.init(jax.random.key(0), hp))
-        state, episode, (steps, host) = train.collect(envs, state, episode)
-    finally:
-        envs.close()
+    # Every episode is truncated after 5 steps; CartPole pays 1 per step.
+    *_, episode, _, host = _collect_with_a_five_step_limit()
     ends = host["episode_done"]
     assert ends.sum() == 6
     np.testing.assert_array_equal(host["episode_return"][ends], 5.0)  # 2nd episodes too: counters reset
