@@ -441,9 +441,11 @@ def test_strict_json_writes_numpy_arrays_as_lists():
 def test_summary_statistics_are_over_seeds_of_all_their_steps(trained):
     # The std is over the seeds' mean returns (not all episodes); steps/s counts every seed's steps;
     # the final training return is the last update's (None for a seed with no episode yet).
-    _, run, *_ = trained
+    config, run, *_ = trained
     s = run.summary
     per_seed = np.asarray(s["eval_return_per_seed"])
+    returns = runs.evaluate_seeds(config, run.result, runs.eval_key(runs.RunOptions()), 4)
+    np.testing.assert_allclose(per_seed, returns.mean(axis=1), atol=1e-3)  # each seed's own mean
     assert s["eval_return_std"] == pytest.approx(per_seed.std(), abs=2e-3)
     assert s["eval_return_mean"] == pytest.approx(per_seed.mean(), abs=2e-3)
     assert s["train_seconds"] > 0

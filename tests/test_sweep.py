@@ -679,6 +679,7 @@ def test_data_parallel_metrics_invent_no_episodes():
     np.testing.assert_array_equal(agent["episode_length"], [0, 15, 9, 9, 30])
     np.testing.assert_array_equal(agent["episodes_completed"], [0, 1, 1, 0, 2])
     np.testing.assert_array_equal(agent["episode_return"], _agent_episodes(n, ret))
+    np.testing.assert_array_equal(agent["env_steps"], np.arange(1, 6) * 16)  # the shards' total
 
 
 def test_data_parallel_episode_statistics_are_the_agents():
