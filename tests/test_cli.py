@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fusedrl import cli, policy, runs
+from fusedrl import cli, policy, runs, sweep_cli
 from fusedrl._json import dumps as strict_json
 from fusedrl.loggers import (
     CSV_COLUMNS,
@@ -903,3 +903,157 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
     finally:
         signal.signal(signal.SIGINT, previous)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
+
+
+# ------------------------------------------------------------------- option handling, no training
+def resolve(*argv):
+    return cli.resolve(cli.build_parser().parse_args(["train", *map(str, argv)]))
+
+
+def test_seed_and_run_flags_reach_the_run_options():
+    _, options = resolve("--env", "CartPole-v1", "--seed", "5", "--num-seeds", "3", "--eval-episodes", "7",
+                         "--progress-every", "4")
+    assert (options.seed, options.num_seeds, options.eval_episodes, options.progress_every) == (5, 3, 7, 4)
+    _, options = resolve("--env", "CartPole-v1")
+    assert (options.seed, options.num_seeds) == (0, 1)
+
+
+def test_config_file_env_params_are_kept_when_set_adds_one(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"env_id": "CartPole-v1", "env_params": {"gravity": 12.0}}))
+    config, _ = resolve("--config", path, "--set", "masscart=2.0")
+    assert dict(config.env_params) == {"gravity": 12.0, "masscart": 2.0}
+    config, _ = resolve("--config", path, "--set", "gravity=15")  # --set wins over the file
+    assert dict(config.env_params) == {"gravity": 15.0}
+
+
+def test_set_env_id_is_refused_not_ignored():
+    with pytest.raises(cli.CLIError, match="use --env to choose the environment"):
+        resolve("--env", "CartPole-v1", "--set", "env_id=Pendulum-v1")
+    config, _ = resolve("--env", "CartPole-v1", "--set", "env_id=CartPole-v1")  # the same id: harmless
+    assert config.env_id == "CartPole-v1"
+
+
+def test_evaluate_refuses_zero_episodes_before_reading_the_run(tmp_path):
+    code, _, err = run_cli("evaluate", tmp_path / "missing", "--episodes", "0")
+    assert code == 2 and "--episodes must be >= 1, got 0" in err, err
+
+
+def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_evaluate_run(run_dir, num_episodes=None, seed=None):
+        calls.append((num_episodes, seed))
+        return {"episodes": num_episodes, "per_seed": [1.0], "mean": 1.0, "std": 0.0}
+
+    monkeypatch.setattr(runs, "evaluate_run", fake_evaluate_run)
+    code, out, err = run_cli("evaluate", tmp_path, "--episodes", "3", "--seed", "11")
+    assert code == 0, err
+    assert calls == [(3, 11)] and "over 3 episodes per seed" in out
+
+
+@pytest.mark.parametrize("argv, note", [
+    (["--env", "CartPole-v1"], "fusedrl train CartPole-v1 (preset): 1 seed(s)"),
+    (["--env", "gymnasium:CartPole-v1"],
+     "fusedrl train gymnasium:CartPole-v1 (the preset of CartPole-v1; host bridge: Gymnasium steps"),
+    (["--env", "gymnax:Catch-bsuite"], "fusedrl train gymnax:Catch-bsuite (PPOConfig defaults (no preset))"),
+])
+def test_train_header_names_the_preset_used(argv, note, monkeypatch, tmp_path):
+    def stop(config, out, **kwargs):  # stop before any work: only the header is printed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs, "train_run", stop)
+    code, _, err = run_cli("train", *argv, "--out", tmp_path / "run")
+    assert code == 130 and note in err, err
+
+
+def test_default_run_folder_counts_from_2(tmp_path):
+    assert cli.default_out("gymnax:Catch-bsuite", tmp_path) == tmp_path / "gymnax_Catch-bsuite"
+    (tmp_path / "CartPole-v1").mkdir()
+    assert cli.default_out("CartPole-v1", tmp_path) == tmp_path / "CartPole-v1-2"
+    (tmp_path / "CartPole-v1-2").mkdir()
+    assert cli.default_out("CartPole-v1", tmp_path) == tmp_path / "CartPole-v1-3"
+
+
+def test_env_flag_uses_the_envs_preset_under_the_set_values():
+    # CartPole-v1's preset equals the PPOConfig defaults; Pendulum-v1's does not.
+    from fusedrl.train import PPOConfig, preset
+
+    config, _ = resolve("--env", "Pendulum-v1", "--set", "lr=3e-4")
+    assert config == preset("Pendulum-v1", lr=3e-4)
+    assert config != PPOConfig(env_id="Pendulum-v1", lr=3e-4)
+
+
+# --------------------------------------------------------------------- sweep outputs and options
+SWEEP_TINY = ["--set", "num_envs=2", "--set", "num_steps=16", "--total-timesteps", "128",
+              "--set", "num_minibatches=1", "--set", "update_epochs=1", "--set", "hidden_sizes=8",
+              "--progress-every", "0"]
+SWEEP_ZIP = ["--zip", "gamma=0.9,0.99", "--zip", "gae_lambda=0.8,0.95", "--num-seeds", "2"]
+
+
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def zip_sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweeps")
+    for seed in (0, 3):
+        code, _, err = run_cli("sweep", "--env", "CartPole-v1", *SWEEP_TINY, *SWEEP_ZIP, "--seed", seed,
+                               "--out", root / f"s{seed}")
+        assert code == 0, err
+    return root
+
+
+def test_zip_sweep_writes_a_plot_per_field_and_a_complete_sweep_json(zip_sweeps):
+    out = zip_sweeps / "s3"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "curves.npz", "curves_by_gae_lambda.png", "curves_by_gamma.png", "summary.csv", "sweep.json",
+        "table.csv"]
+    doc = json.loads((out / "sweep.json").read_text())
+    assert {k: doc[k] for k in ("mode", "dims", "seed", "num_runs")} == {
+        "mode": "zip", "dims": ["seed", "trial"], "seed": 3, "num_runs": 4}
+    assert doc["axes"] == {"seed": [0, 1], "trial": [0, 1]} and doc["seconds"] > 0
+    assert doc["config"]["env_id"] == "CartPole-v1" and doc["config"]["num_envs"] == 2
+
+
+def test_zip_summary_names_each_trials_values_and_std_is_over_seeds(zip_sweeps):
+    out = zip_sweeps / "s0"
+    table, summary = read_csv(out / "table.csv"), read_csv(out / "summary.csv")
+    assert len(table) == 4 and len(summary) == 2
+    for row in summary:
+        assert {"gamma", "gae_lambda", "seeds"} <= set(row) and row["seeds"] == "2"
+        members = [t for t in table if t["gamma"] == row["gamma"] and t["gae_lambda"] == row["gae_lambda"]]
+        assert len(members) == 2
+        vals = np.array([float(t["last10_return"]) for t in members])
+        assert float(row["last10_return_mean"]) == pytest.approx(vals.mean(), rel=1e-5)
+        assert float(row["last10_return_std"]) == pytest.approx(vals.std(), rel=1e-5, abs=1e-6)
+    assert {(r["gamma"], r["gae_lambda"]) for r in summary} == {("0.9", "0.8"), ("0.99", "0.95")}
+
+
+def test_sweep_seed_changes_the_runs(zip_sweeps):
+    a = np.load(zip_sweeps / "s0" / "curves.npz")["metric/policy_loss"]
+    b = np.load(zip_sweeps / "s3" / "curves.npz")["metric/policy_loss"]
+    assert a.shape == b.shape and not np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("item", ["lr=1e-5:1e-4:1e-3", "lr=log:1:2:3", "lr=uniform:1"])
+def test_random_spec_with_the_wrong_number_of_bounds_is_a_usage_error(item):
+    with pytest.raises(sweep_cli.SweepCLIError, match="expected LOW:HIGH"):
+        sweep_cli.parse_random(item)
+
+
+def test_negative_progress_every_is_a_usage_error(tmp_path):
+    code, _, err = run_cli("sweep", "--env", "CartPole-v1", *SWEEP_TINY, "--progress-every", "-1",
+                           "--out", tmp_path / "s")
+    assert code == 2 and "--progress-every must be >= 0, got -1" in err, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_default_sweep_folder_is_apart_from_train_runs(tmp_path):
+    assert sweep_cli.default_out("CartPole-v1", tmp_path) == tmp_path / "sweep-CartPole-v1"
+    (tmp_path / "sweep-CartPole-v1").mkdir()
+    assert sweep_cli.default_out("CartPole-v1", tmp_path) == tmp_path / "sweep-CartPole-v1-2"

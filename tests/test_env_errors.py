@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import fusedrl
-from fusedrl.envs import Discrete, VecEnv
+from fusedrl.envs import Discrete, VecEnv, registry
 
 OUR_IDS = fusedrl.registered_ids(include_gymnax=False)
 NUM_ENVS = 4
@@ -320,3 +320,33 @@ def test_shape_checks_accept_our_envs_and_gymnax_envs(env_id):
     env, params = fusedrl.make(env_id)
     for call in _vec_calls(env, params).values():
         call()
+
+
+@pytest.fixture
+def private_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+
+def test_register_refuses_to_replace_silently(private_registry):
+    from fusedrl.envs.cartpole import CartPole
+    from fusedrl.envs.pendulum import Pendulum
+
+    fusedrl.register("Mut3Env-v0", CartPole)
+    with pytest.raises(ValueError, match="'Mut3Env-v0' is already registered; pass overwrite=True"):
+        fusedrl.register("Mut3Env-v0", Pendulum)
+    assert type(fusedrl.make("Mut3Env-v0")[0]) is CartPole
+    fusedrl.register("Mut3Env-v0", Pendulum, overwrite=True)
+    assert type(fusedrl.make("Mut3Env-v0")[0]) is Pendulum
+
+
+def test_unknown_gymnax_name_lists_close_ids():
+    with pytest.raises(ValueError, match=re.escape("Unknown environment id 'gymnax:Catch-bsuit'")) as exc:
+        fusedrl.make("gymnax:Catch-bsuit")
+    assert "closest first: gymnax:Catch-bsuite, " in str(exc.value)
+
+
+def test_registered_ids_prefix_every_gymnax_id():
+    ours = fusedrl.registered_ids(include_gymnax=False)
+    ids = fusedrl.registered_ids()
+    assert ids[:len(ours)] == ours and "gymnax:Catch-bsuite" in ids
+    assert all(i.startswith("gymnax:") for i in ids[len(ours):]) and len(ids) > len(ours)

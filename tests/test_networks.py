@@ -162,3 +162,25 @@ def test_dense_is_flax_dense():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_allclose(np.asarray(ours.apply(p_ours, x)), np.asarray(ref.apply(p_ref, x)),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape, column_axis", [((8, 4), 0), ((3, 5, 8), 0), ((3, 5, 8), 1), ((4, 6), -2)])
+def test_orthogonal_column_axis_matches_jax_reference(shape, column_axis):
+    key = jax.random.key(3)
+    ours = orthogonal(2.0, column_axis=column_axis)(key, shape)
+    ref = jax.nn.initializers.orthogonal(2.0, column_axis=column_axis)(key, shape)
+    assert ours.shape == shape
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), atol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(), (5,)])
+def test_orthogonal_needs_rank_two(shape):
+    with pytest.raises(ValueError, match="rank >= 2"):
+        orthogonal()(jax.random.key(0), shape)
+
+
+@pytest.mark.parametrize("shape", [(256, 256), (64, 400)])
+def test_orthogonal_is_orthonormal_to_float32_precision(shape):
+    w = np.asarray(orthogonal()(jax.random.key(1), shape), np.float64)
+    gram = w @ w.T if shape[0] < shape[1] else w.T @ w
+    np.testing.assert_allclose(gram, np.eye(min(shape)), atol=2e-6)
