@@ -48,6 +48,13 @@ def jax_twin(env_id: str) -> str | None:
     return name if name in registered_ids(include_gymnax=False) else None
 
 
+def jax_instead(env_id: str) -> str:
+    """What a refusal of host env `env_id` suggests using instead, as a phrase: its `jax_twin`
+    ("fusedrl's JAX version, 'CartPole-v1',") when fusedrl has one, else any JAX env id."""
+    twin = jax_twin(env_id)
+    return f"fusedrl's JAX version, {twin!r}," if twin else "a JAX env id (see `fusedrl envs`)"
+
+
 def _import_gymnasium():
     try:
         import gymnasium

@@ -37,7 +37,7 @@ import numpy as np
 import fusedrl
 from fusedrl import checkpoint as ckpt
 from fusedrl._json import dumps as strict_json
-from fusedrl.envs.host import is_host_env_id, jax_twin
+from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.evaluation import evaluate
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
 from fusedrl.progress import (
@@ -138,13 +138,11 @@ def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
 def check_supported(config: PPOConfig, options: RunOptions) -> None:
     """Raises ValueError for a run that `train_run` cannot do, naming the option to change."""
     if is_host_env_id(config.env_id) and options.num_seeds != 1:
-        twin = jax_twin(config.env_id)
-        jax_id = f"fusedrl's JAX version, {twin!r}," if twin else "a JAX env id (see `fusedrl envs`)"
         raise ValueError(
             f"num_seeds (--num-seeds) must be 1 for {config.env_id}, got {options.num_seeds}: a Gymnasium "
             f"env trains through the host bridge, one seed per run (its envs step on the host, so seeds "
             f"cannot be vmapped into one program). Train each seed as its own run (--seed S), or use "
-            f"{jax_id} to train many at once."
+            f"{jax_instead(config.env_id)} to train many at once."
         )
 
 

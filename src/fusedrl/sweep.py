@@ -74,7 +74,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fusedrl.envs.host import is_host_env_id, jax_twin
+from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.plotting import seed_statistics
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
 from fusedrl.train.ppo import TrainResult, episode_values, make_train, typed_key
@@ -615,12 +615,11 @@ def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> 
         raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}.")
     num_seeds = int(num_seeds)
     if is_host_env_id(config.env_id):
-        twin = jax_twin(config.env_id)
-        jax_id = f"fusedrl's JAX version, {twin!r}," if twin else "a JAX env id (see `fusedrl envs`)"
         raise ValueError(
             f"cannot sweep {config.env_id}: a Gymnasium env steps on the host (the host bridge), so "
-            f"its runs cannot be vmapped into one program. Sweep {jax_id} instead, or train the "
-            f"Gymnasium env one run per seed and setting (`fusedrl train --env {config.env_id} --seed S`)."
+            f"its runs cannot be vmapped into one program. Sweep {jax_instead(config.env_id)} instead, or "
+            f"train the Gymnasium env one run per seed and setting (`fusedrl train --env {config.env_id} "
+            f"--seed S`)."
         )
     if devices is not None and len(devices) == 0:
         raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
