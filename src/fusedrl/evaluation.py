@@ -46,23 +46,22 @@ def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
 def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool):
     """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
-    _check_fits(trainer.config, result, single_state)
-    leaf, ref = jax.tree.leaves(result.params)[0], jax.tree.leaves(single_state.params)[0]
-    seed_axes = leaf.ndim - ref.ndim  # 1: a vmapped result, one agent per seed
-    if seed_axes in (0, 1) and result.state.obs.ndim == single_state.obs.ndim + seed_axes + 1:
+    seed_axes = _check_fits(trainer.config, result, single_state)  # 1: vmapped, one agent per seed
+    if result.state.obs.ndim == single_state.obs.ndim + seed_axes + 1:
         # `data_parallel_train`'s result (per seed, if vmapped): one agent, per-shard envs whose
         # normaliser statistics are pooled over the shards, hence equal: any shard's will do.
         shard0 = jax.tree.map(lambda x: x[:, 0] if seed_axes else x[0], result.state.env_state)
         result = result.replace(state=result.state.replace(env_state=shard0))
     if seed_axes == 1:
-        keys = jax.random.split(key, leaf.shape[0])
+        keys = jax.random.split(key, jax.tree.leaves(result.params)[0].shape[0])
         return jax.vmap(lambda r, k: _evaluate(trainer, r, k, num_episodes, greedy))(result, keys)
     return _evaluate(trainer, result, key, num_episodes, greedy)
 
 
-def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> None:
+def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> int:
     """Raises ValueError, naming what differs, unless `result` was trained with a config like
-    `config` (one agent's shapes, or one leading seed axis on every parameter)."""
+    `config` (one agent's shapes, or one leading seed axis on every parameter). Returns the number
+    of seed axes: 0 or 1."""
     fix = "Pass evaluate the PPOConfig the result was trained with."
     got, want = result.params, single_state.params
     if jax.tree.structure(got) != jax.tree.structure(want):
@@ -83,12 +82,14 @@ def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> None:
         seed_axes.add(extra)
     if len(seed_axes) > 1:
         raise ValueError(f"result.params mix leaves with and without a leading seed axis. {fix}")
+    (num_seed_axes,) = seed_axes
     if jax.tree.structure(result.state.env_state) != jax.tree.structure(single_state.env_state):
         raise ValueError(
             f"result does not fit config {config.env_id!r}: its env state has another wrapper stack "
             f"(normalize_obs={config.normalize_obs}, normalize_reward={config.normalize_reward} "
             f"here; one of them, or the env, differs from the training run's). {fix}"
         )
+    return num_seed_axes
 
 
 def _layers(params) -> list[str]:
