@@ -139,7 +139,7 @@ class VecEnv:
         action = check_action(env.action_space(params), action, env.name, (n,))
         key = state.key
         if draws is not None:
-            _check_draws(draws, n)
+            _check_draws(draws, state, n)
         if getattr(env, "deterministic_step", False):
             step_fn = jax.vmap(lambda s, a: env.step_env(None, s, a, params))
             obs_st, env_state, reward, terminated, info = step_fn(state.env_state, action)
@@ -209,14 +209,21 @@ def _dtypes(dtypes) -> str:
     return str(dtypes[0]) if len(dtypes) == 1 else str([str(d) for d in dtypes])
 
 
-def _check_draws(draws, num_envs: int):
+def _check_draws(draws, state: VecEnvState, num_envs: int):
     if not isinstance(draws, StepDraws):
         raise TypeError(
             f"draws must be one step of VecEnv.predraw (a StepDraws), got {type(draws).__name__}."
         )
-    lead = {x.shape[:1] for x in jax.tree.leaves(draws)}
-    if lead != {(num_envs,)}:
+    # Compare whole shapes, not only the leading axis: with T == N a whole predraw [T, N, ...]
+    # would pass a leading-axis check and broadcast into [N, N, ...] states.
+    def shapes(tree):
+        return jax.tree.map(lambda x: jnp.shape(x), tree)
+
+    one_step = (shapes(state.pool_obs), shapes(state.env_state))
+    keys_ok = draws.step_keys is None or jnp.shape(draws.step_keys) == (num_envs,)
+    if not keys_ok or shapes((draws.reset_obs, draws.reset_state)) != one_step:
         raise ValueError(
-            f"draws must be ONE step's slice of predraw (leaves [N={num_envs}, ...]), got leading "
-            f"shapes {sorted(lead)}; pass draws[t], or scan over the predraw result."
+            f"draws must be ONE step's slice of predraw (leaves [N={num_envs}, ...], shaped like the "
+            f"state's), got reset_obs of shape {jnp.shape(draws.reset_obs)} for observations of "
+            f"shape {jnp.shape(state.pool_obs)}; pass draws[t], or scan over the predraw result."
         )
