@@ -26,6 +26,7 @@ Normalisers use the statistics *after* including the current batch (as Gymnasium
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import jax
@@ -251,10 +252,10 @@ class EpisodeStatistics(VecEnvWrapper):
 
 
 def _check_positive(name: str, value, allow_none: bool = False):
-    """Checks a concrete number; traced values pass through unchecked."""
+    """Checks a concrete number (Python's or NumPy's); traced values pass through unchecked."""
     if value is None and allow_none:
         return
-    if isinstance(value, int | float) and not value > 0:
+    if isinstance(value, numbers.Real) and not value > 0:
         raise ValueError(f"{name} must be positive, got {value!r}.")
 
 
@@ -366,7 +367,7 @@ class NormalizeReward(VecEnvWrapper):
         super().__init__(venv)
         self.axis_name = axis_name
         # gamma is kept as given (possibly a tracer): float() would fail inside a traced function.
-        if isinstance(gamma, int | float) and not 0.0 <= gamma <= 1.0:
+        if isinstance(gamma, numbers.Real) and not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma!r}.")
         _check_positive("epsilon", epsilon)
         _check_positive("clip", clip, allow_none=True)
