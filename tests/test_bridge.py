@@ -58,7 +58,11 @@ class _MultiDiscreteAct(_Base):
     action_space = gymnasium.spaces.MultiDiscrete([2, 3])
 
 
-for _cls in (_RaisesInStep, _DictObs, _MultiDiscreteAct):
+class _MatrixBoxAct(_Base):
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+
+for _cls in (_RaisesInStep, _DictObs, _MultiDiscreteAct, _MatrixBoxAct):
     gymnasium.register(id=f"FusedrlTest/{_cls.__name__[1:]}-v0", entry_point=_cls)
 
 
@@ -83,6 +87,23 @@ def test_make_returns_a_host_env_descriptor():
     lake, _ = fusedrl.make("gymnasium:FrozenLake-v1", is_slippery=False)
     assert lake.observation_space().shape == (16,)
     np.testing.assert_array_equal(lake.encode_obs(np.array([0, 3])).argmax(1), [0, 3])
+
+
+def test_host_env_offsets_discrete_starts_and_clips_box_actions():
+    spaces = gymnasium.spaces
+    env = HostEnv("gymnasium:Offsets-v0", "Offsets-v0", {}, spaces.Discrete(4, start=2),
+                  spaces.Discrete(3, start=-1), None)
+    # Observations 2..5 are one-hot over 4 slots; policy actions 0..2 are the env's -1..1.
+    np.testing.assert_array_equal(env.encode_obs(np.array([2, 5, 3])), np.eye(4, dtype=np.float32)[[0, 3, 1]])
+    np.testing.assert_array_equal(env.decode_action(np.array([0, 2, 1])), [-1, 1, 0])
+    box = HostEnv("gymnasium:Bounds-v0", "Bounds-v0", {}, spaces.Box(-1.0, 1.0, (3,), np.float32),
+                  spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 2.0], np.float32)), None)
+    decoded = box.decode_action(np.array([[-3.0, 5.0], [0.5, -0.5]], np.float32))
+    np.testing.assert_array_equal(decoded, [[-1.0, 2.0], [0.5, 0.0]])
+    assert decoded.dtype == np.float32
+    # A Box action of more than one axis is refused by `make` already (PPO's Gaussian is 1-D).
+    with pytest.raises(ValueError, match=r"unsupported action space Box.*\(2, 2\)"):
+        fusedrl.make("gymnasium:FusedrlTest/MatrixBoxAct-v0")
 
 
 def test_unknown_gymnasium_id_names_it_and_lists_close_matches():

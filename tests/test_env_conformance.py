@@ -487,6 +487,28 @@ def test_vecenv_never_reuses_an_initial_state(predraw):
         assert not out["pool_redrawn"].any()
     else:
         assert out["pool_redrawn"].sum() > 100
+        # A redraw makes every slot fresh before the step's finished envs take theirs; otherwise the
+        # used slots add up.
+        handed_out, before = done.sum(1), np.concatenate([[0], out["pool_used"][:-1]])
+        expected = np.where(out["pool_redrawn"], handed_out, before + handed_out)
+        np.testing.assert_array_equal(out["pool_used"], expected)
+
+
+class IntRewardProbe(Probe):
+    """Probe whose reward is int32: 1 on the terminating action."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, _, terminated, info = super().step_env(key, state, action, params)
+        return obs, state, action.astype(jnp.int32), terminated, info
+
+
+@pytest.mark.parametrize("predraw", [False, True], ids=["pool", "predraw"])
+def test_vecenv_rewards_are_float32_whatever_the_env_returns(predraw):
+    env = IntRewardProbe()
+    actions = _actions(np.random.default_rng(1), env.action_space(), (4, 3))
+    out = _run_vec(env, env.default_params, jax.random.key(0), np.zeros(3, np.int32), actions, predraw)[2]
+    assert out["reward"].dtype == np.float32
+    np.testing.assert_array_equal(out["reward"], actions)
 
 
 # VecEnv with predrawn randomness (the PPO rollout's path) -----------------------------------------
@@ -530,6 +552,17 @@ def test_vecenv_predrawn_initial_states_follow_documented_uniforms(env_id):
     assert not out["pool_redrawn"].any() and (out["pool_used"] == 0).all()
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:FourRooms-misc"])
+def test_vecenv_predraw_bytes_is_the_size_of_a_predraw(env_id):
+    env, params = _make(env_id)
+    vec = VecEnv(env, 4)
+    draws = vec.predraw(jax.random.key(0), params, 3)
+    assert (draws.step_keys is None) == getattr(env, "deterministic_step", False)
+    if draws.step_keys is not None:  # typed keys: count their raw key data
+        draws = draws.replace(step_keys=jax.random.key_data(draws.step_keys))
+    assert vec.predraw_bytes(params, 3) == sum(x.nbytes for x in jax.tree.leaves(draws))
+
+
 def test_vecenv_rejects_a_whole_predraw_as_one_steps_draws():
     env, params = _make("CartPole-v1")
     vec = VecEnv(env, 4)
@@ -539,6 +572,11 @@ def test_vecenv_rejects_a_whole_predraw_as_one_steps_draws():
         vec.step(vstate, jnp.zeros(4, jnp.int32), params, draws)
     with pytest.raises(TypeError, match="StepDraws"):
         vec.step(vstate, jnp.zeros(4, jnp.int32), params, draws=(1, 2))
+    # With as many steps as envs every leaf leads with N; the whole shapes still tell them apart.
+    square = vec.predraw(jax.random.key(1), params, 4)
+    expected = r"reset_obs of shape \(4, 4, 4\) for observations of shape \(4, 4\)"
+    with pytest.raises(ValueError, match=expected):
+        vec.step(vstate, jnp.zeros(4, jnp.int32), params, square)
     obs, *_ = vec.step(vstate, jnp.zeros(4, jnp.int32), params, draws[0])
     assert obs.shape == (4, 4)
 

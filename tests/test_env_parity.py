@@ -344,3 +344,47 @@ def test_reset_distribution_matches_gymnasium(case: Case):
     np.testing.assert_allclose(ours.std(0), ref.std(0), atol=tol, err_msg="std / range")
     np.testing.assert_allclose(ours.min(0), ref.min(0), atol=0.01, err_msg="min / range")
     np.testing.assert_allclose(ours.max(0), ref.max(0), atol=0.01, err_msg="max / range")
+
+
+def test_acrobot_wraps_angles_into_the_same_period_as_gymnasium():
+    """The step's state keeps both angles in [-pi, pi] as Gymnasium's `wrap` does (the parity test
+    compares angles modulo 2*pi, so it cannot see this). At the ends, float32's pi (just above
+    math.pi) stays itself, as Gymnasium keeps its own float64 bounds."""
+    from gymnasium.envs.classic_control.acrobot import wrap
+
+    from fusedrl.envs.acrobot import _wrap
+
+    x = np.array([0.5, 3.5, -3.5, 3 * math.pi + 0.2, -3 * math.pi - 0.2, 10.0, -10.0], np.float32)
+    ends = np.array([math.pi, -math.pi], np.float32)
+    ours = np.asarray(jax.jit(lambda x: _wrap(x, -math.pi, math.pi))(np.concatenate([x, ends])))
+    ref = np.array([wrap(float(v), -math.pi, math.pi) for v in x])
+    np.testing.assert_allclose(ours[: len(x)], ref, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(ours[len(x) :], ends)
+
+
+# (env id, param overrides, state, action, threshold column, terminated): a step that ends exactly
+# on a termination threshold (the column keeps its value), and Gymnasium's verdict there.
+EXACT_THRESHOLDS = [
+    ("CartPole-v1", {}, [2.4, 0.0, 0.0, 0.0], 1, 0, False),  # |x| > x_threshold: strict
+    ("CartPole-v1", {}, [0.0, 0.0, -THETA_T, 0.0], 0, 2, False),  # |theta| > threshold: strict
+    # With no gravity the car keeps velocity 0: position >= goal and velocity >= 0, both inclusive.
+    ("MountainCar-v0", {"gravity": 0.0}, [0.5, 0.0], 1, 0, True),
+]
+
+
+@pytest.mark.parametrize("env_id, overrides, state, action, column, terminated", EXACT_THRESHOLDS)
+def test_exact_thresholds_match_gymnasium(env_id, overrides, state, action, column, terminated):
+    """Each side at its own precision: ours with float32 states and thresholds, Gymnasium's with
+    the same decimal values in the dtype it keeps its state in."""
+    case = next(c for c in CASES if c.env_id == env_id)
+    env, params = fusedrl.make(env_id, **overrides)
+    gym_env = gym.make(env_id, disable_env_checker=True)
+    gym_env.reset(seed=0)
+    for name, value in overrides.items():
+        setattr(gym_env.unwrapped, name, value)
+    actions, times = np.array([action]), np.zeros(1, np.int64)
+    ref = _gym_steps(gym_env, case, np.array([state], case.gym_state_dtype), actions, times)
+    ours = _our_steps(env, params, np.array([state], np.float32), actions, times)
+    np.testing.assert_array_equal(ours["state"][0, column], np.float32(state[column]))
+    assert ref["state"][0, column] == np.asarray(state[column], case.gym_state_dtype)
+    assert bool(ref["terminated"][0]) is terminated and bool(ours["terminated"][0]) is terminated

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import struct
 
-from fusedrl.envs import CartPole, VecEnv
+from fusedrl.envs import CartPole, MountainCarContinuous, VecEnv
 from fusedrl.envs.base import Box, Discrete, Environment, EnvParams, EnvState
 from fusedrl.envs.wrappers import (
     INITIAL_COUNT,
@@ -400,6 +400,36 @@ def test_normalize_reward_clips_and_frozen_stats_are_unchanged(toy):
     assert (np.abs(ref) == 5.0).any() and (np.abs(ref) < 5.0).any()  # clipping was exercised
 
 
+def test_normalize_reward_checks_gamma_and_stats():
+    venv = VecEnv(CartPole(), N)
+    for gamma in (0.0, 1.0):  # both ends of [0, 1] are valid discounts
+        assert NormalizeReward(venv, gamma=gamma).gamma == gamma
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got -0.1"):
+        NormalizeReward(venv, gamma=-0.1)
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got np.float32\(1.5\)"):
+        NormalizeReward(venv, gamma=np.float32(1.5))  # NumPy scalars are checked too
+    with pytest.raises(TypeError, match="stats must be a RunningMeanStd, got tuple"):
+        NormalizeReward(venv, gamma=0.99, stats=(0.0, 1.0))
+    with pytest.raises(ValueError, match=r"stats must be scalar, got shape \(4,\)"):
+        NormalizeReward(venv, gamma=0.99, stats=RunningMeanStd.create((4,)))
+    # with_stats swaps the return statistics in an existing state, checking type and shape.
+    norm = NormalizeReward(venv, gamma=0.99)
+    _, state = norm.reset(jax.random.key(0))
+    assert norm.with_stats(state, frozen_reward_stats()).return_stats.count == 50.0
+    with pytest.raises(ValueError, match=r"stats have shape \(4,\), expected \(\)"):
+        norm.with_stats(state, RunningMeanStd.create((4,)))
+    with pytest.raises(TypeError, match="stats must be a RunningMeanStd"):
+        norm.with_stats(state, (0.0, 1.0))
+
+
+def test_normalize_observation_names_both_shapes_of_mismatched_stats():
+    expected = r"NormalizeObservation: stats have shape \(6,\), observations \(2, 3\)"
+    for update in (True, False):
+        norm = NormalizeObservation(VecEnv(Toy(), N), update=update, stats=RunningMeanStd.create((6,)))
+        with pytest.raises(ValueError, match=expected):
+            norm.reset(jax.random.key(0))
+
+
 # --- FlattenObservation and ClipAction -------------------------------------------------------
 
 
@@ -447,9 +477,35 @@ def test_clip_action_uses_each_bound_of_an_asymmetric_box():
     np.testing.assert_array_equal(obs[:, 1, :2], [[0.0, -1.0], [1.0, 0.5]])
 
 
+def test_clip_action_uses_the_bounds_of_the_params_it_steps_with():
+    env = MountainCarContinuous()
+    params = env.default_params.replace(max_action=0.5)
+    venv = ClipAction(VecEnv(env, 2))
+    _, state = venv.reset(jax.random.key(0), params)
+    _, _, reward, terminated, *_ = venv.step(state, jnp.array([[1.0], [-2.0]]), params)
+    # The cost -0.1 * throttle**2 is of the throttle the env received: clipped to [-1, 0.5].
+    assert not terminated.any()
+    np.testing.assert_allclose(reward, [-0.1 * 0.5**2, -0.1 * 1.0**2], rtol=1e-6)
+
+
+class IntObsToy(Toy):
+    """Toy with int32 observations."""
+
+    def get_obs(self, state, params=None, key=None):
+        return jnp.round(super().get_obs(state, params, key)).astype(jnp.int32)
+
+
+def test_flatten_observation_casts_to_float32():
+    venv = FlattenObservation(VecEnv(IntObsToy(), N))
+    obs0, state = venv.reset(jax.random.key(0))
+    obs, *_, info = venv.step(state, jnp.zeros((N, 2), jnp.float32))
+    for x in (obs0, obs, info["final_observation"]):
+        assert x.shape == (N, 6) and x.dtype == jnp.float32
+
+
 def test_normalisers_refuse_non_positive_settings_and_report_their_bounds():
     for wrapper in (NormalizeObservation, lambda v, **kw: NormalizeReward(v, gamma=0.99, **kw)):
-        for bad in ({"clip": 0.0}, {"clip": -1.0}, {"epsilon": 0.0}):
+        for bad in ({"clip": 0.0}, {"clip": -1.0}, {"epsilon": 0.0}, {"clip": np.float32(-1.0)}):
             with pytest.raises(ValueError, match=f"{next(iter(bad))} must be positive"):
                 wrapper(VecEnv(CartPole(), N), **bad)
     for clip, bound in ((5.0, 5.0), (None, np.inf)):
