@@ -1,7 +1,7 @@
 """The two policy distributions PPO needs, in a few lines of jnp.
 
 distrax would pull in TensorFlow Probability; these are small enough to own, and are tested
-against SciPy/NumPy references in tests/test_distributions.py. Each distribution is a pytree, so it
+against SciPy/NumPy references in tests/test_networks.py. Each distribution is a pytree, so it
 can be returned from jitted and vmapped functions.
 """
 
