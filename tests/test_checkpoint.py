@@ -1,6 +1,7 @@
 """Checkpoints: exact resume in a new process, and clear errors for mismatched or corrupt ones."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -80,6 +81,10 @@ def test_restore_round_trip_in_process(runs):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     assert jax.dtypes.issubdtype(state.key.dtype, jax.dtypes.prng_key)
     assert isinstance(hparams.env_params.gravity, float)  # Python numbers stay Python numbers
+    _, template = ckpt.templates(config, None)
+    for want, got in zip(jax.tree.leaves(template), jax.tree.leaves(hparams), strict=True):
+        if isinstance(want, bool | int | float):  # ints too (max_steps_in_episode)
+            assert type(got) is type(want), (want, got)
 
 
 @pytest.mark.parametrize(
@@ -139,11 +144,59 @@ def test_corrupt_checkpoints_fail_clearly(runs, tmp_path):
         ckpt.restore(broken)
 
 
+def test_checkpoints_of_another_layout_or_format_fail_clearly(runs, tmp_path):
+    _, _, _, path = runs
+    leaf = sorted(json.loads((path / "meta.json").read_text())["leaves"])[0]
+
+    def edited(name, edit):
+        bad = tmp_path / name
+        shutil.copytree(path, bad)
+        meta = json.loads((bad / "meta.json").read_text())
+        edit(meta)
+        (bad / "meta.json").write_text(json.dumps(meta))
+        return bad
+
+    # A field the code does not know, and one the checkpoint lacks: each named on its own side.
+    bogus = {"state.bogus": {"shape": [], "dtype": "float32"}}
+    unknown = edited("unknown", lambda m: m["leaves"].update(bogus))
+    with pytest.raises(ckpt.CheckpointError, match=r"missing from the checkpoint \[\], fields the code "
+                                                   r"does not know \['state\.bogus'\]"):
+        ckpt.restore(unknown)
+    missing = edited("missing", lambda m: m["leaves"].pop(leaf))
+    with pytest.raises(ckpt.CheckpointError, match=rf"missing from the checkpoint \['{re.escape(leaf)}'\], "
+                                                   r"fields the code does not know \[\]"):
+        ckpt.restore(missing)
+    # Another format, and a stored config that is no valid PPOConfig.
+    other = edited("format", lambda m: m.update(format="other-1"))
+    with pytest.raises(ckpt.CheckpointError, match=r"not a fusedrl-checkpoint-1 file \(format 'other-1'\)"):
+        ckpt.restore(other)
+    invalid = edited("config", lambda m: m["config"].update(num_envs="four"))
+    with pytest.raises(ckpt.CheckpointError, match="the stored config is invalid: .*num_envs"):
+        ckpt.restore(invalid)
+
+
+def test_policy_of_a_single_run_checkpoint(runs):
+    # A checkpoint saved without num_seeds holds one run: its policy is seed 0's, and no other seed.
+    from fusedrl import policy
+
+    _, _, half, path = runs
+    pi = policy.load(path, seed=0)
+    for a, b in zip(jax.tree.leaves(pi.params), jax.tree.leaves(half.state.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(IndexError, match="holds a single run; seed=1 does not exist"):
+        policy.load(path, seed=1)
+
+
 def test_save_replaces_atomically(runs, tmp_path):
     config, _, half, _ = runs
     target = tmp_path / "checkpoint"
-    ckpt.save(target, config, half.state, half.hparams)
-    ckpt.save(target, config, half.state, half.hparams)  # overwrite an existing checkpoint
+    umask = os.umask(0o022)
+    try:
+        ckpt.save(target, config, half.state, half.hparams)
+        assert target.stat().st_mode & 0o777 == 0o755  # a normal directory's mode, not mkdtemp's 0o700
+        ckpt.save(target, config, half.state, half.hparams)  # overwrite an existing checkpoint
+    finally:
+        os.umask(umask)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no temp or old copies left
     assert (target / "meta.json").is_file()
 

@@ -262,8 +262,11 @@ def test_load_policy_single_batch_and_seed(trained):
         params = jax.tree.map(lambda x, i=seed: x[i], run.result.state.params)
         logits = pi.trainer.network.apply(params, obs)[0].logits
         np.testing.assert_array_equal(batch, np.argmax(logits, axis=-1))
-        sampled = pi.act(obs, jax.random.key(1))
-        assert sampled.shape == (5,)
+        # With a key: a sample of the same distribution, drawn with that key.
+        sampled = np.asarray(pi.act(obs, jax.random.key(1)))
+        dist = pi.trainer.network.apply(params, obs)[0]
+        np.testing.assert_array_equal(sampled, dist.sample(jax.random.key(1)))
+        assert not np.array_equal(sampled, batch)  # a sample, not the mode: a real check
     # Params replaced after the first act are the ones used: not constants of the first trace.
     head = pi.params["params"]["actor_head"]
     for bias, action in (([100.0, -100.0], 0), ([-100.0, 100.0], 1)):
@@ -273,6 +276,23 @@ def test_load_policy_single_batch_and_seed(trained):
         policy.load(run_dir, seed=2)
     with pytest.raises(ValueError, match=r"shape \(4,\)"):
         policy.load(run_dir).act(np.zeros(3))
+    with pytest.raises(ValueError, match=r"shape \(4,\) or a batch .*got \(2, 3\)"):
+        policy.load(run_dir).act(np.zeros((2, 3)))
+
+
+def test_load_checks_the_checkpoint_against_the_run_folders_config(trained, tmp_path):
+    import shutil
+
+    from fusedrl.checkpoint import CheckpointError
+
+    *_, run_dir, _, _ = trained
+    edited = tmp_path / "edited"
+    shutil.copytree(run_dir, edited)
+    doc = json.loads((edited / "config.json").read_text())
+    doc["ppo"]["gamma"] = 0.5
+    (edited / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(CheckpointError, match=r"gamma: checkpoint has 0\.99, expected 0\.5"):
+        policy.load(edited)
 
 
 def test_loaded_policy_normalises_observations_as_training_did(tmp_path):

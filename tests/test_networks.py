@@ -9,7 +9,7 @@ from scipy import special, stats
 
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.initializers import orthogonal
-from fusedrl.networks import ActorCritic, Dense, matmul
+from fusedrl.networks import ActorCritic, Dense, matmul, param_count
 
 
 @pytest.mark.parametrize(
@@ -88,6 +88,54 @@ def test_diag_gaussian_against_scipy():
     s = DiagGaussian(jnp.broadcast_to(centre, (50000, 3)), log_std).sample(jax.random.key(5))
     np.testing.assert_allclose(np.asarray(s).mean(0), centre, atol=0.03)
     np.testing.assert_allclose(np.asarray(s).std(0), std, rtol=0.02)
+
+
+@pytest.mark.parametrize("log_std_shape", [(3,), (6, 3)], ids=["state-independent", "per-row"])
+def test_diag_gaussian_against_float64_formulas(log_std_shape):
+    # log N(a; m, s) = -(a - m)^2 / (2 s^2) - log s - log(2 pi) / 2 per dimension, entropy
+    # log s + (1 + log(2 pi)) / 2, summed over D: one value per row, whatever the log-std's shape.
+    mean = np.asarray(jax.random.normal(jax.random.key(3), (6, 3)), np.float64)
+    log_std = np.asarray(jax.random.uniform(jax.random.key(4), log_std_shape, minval=-1.0, maxval=1.0),
+                         np.float64)
+    a = np.asarray(jax.random.normal(jax.random.key(5), (6, 3)), np.float64)
+    d = DiagGaussian(jnp.asarray(mean, jnp.float32), jnp.asarray(log_std, jnp.float32))
+    s = np.broadcast_to(np.exp(log_std), mean.shape)
+    log_prob = (-((a - mean) ** 2) / (2 * s**2) - np.log(s) - 0.5 * np.log(2 * np.pi)).sum(-1)
+    entropy = (np.log(s) + 0.5 * (1 + np.log(2 * np.pi))).sum(-1)
+    assert d.log_prob(jnp.asarray(a, jnp.float32)).shape == (6,) and d.entropy().shape == (6,)
+    np.testing.assert_allclose(d.log_prob(jnp.asarray(a, jnp.float32)), log_prob, rtol=1e-5)
+    np.testing.assert_allclose(d.entropy(), entropy, rtol=1e-5, atol=1e-6)
+    z = np.asarray(jax.random.normal(jax.random.key(6), (6, 3)), np.float64)
+    sample = d.sample_from_noise(jnp.asarray(z, jnp.float32))
+    np.testing.assert_allclose(sample, mean + s * z, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_actor_critic_is_the_mlp_of_its_parameters(activation):
+    # The forward pass recomputed in float64 from the parameters (random biases, so a dropped bias
+    # shows): each torso is Dense-activation per hidden layer, then a linear head.
+    net = ActorCritic(action_dim=2, discrete=False, hidden_sizes=(8, 8), activation=activation)
+    params = jax.jit(net.init)(jax.random.key(0), jnp.zeros((1, 3)))
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(1), len(leaves))
+    moved = [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
+    params = jax.tree.unflatten(treedef, moved)
+    obs = np.asarray(jax.random.normal(jax.random.key(2), (5, 3)), np.float64)
+    act = {"tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}[activation]
+    p = jax.tree.map(lambda x: np.asarray(x, np.float64), params["params"])
+
+    def torso(prefix):
+        x = obs
+        for i in range(2):
+            x = act(x @ p[f"{prefix}_{i}"]["kernel"] + p[f"{prefix}_{i}"]["bias"])
+        return x @ p[f"{prefix}_head"]["kernel"] + p[f"{prefix}_head"]["bias"]
+
+    pi, v = net.apply(params, jnp.asarray(obs, jnp.float32))
+    np.testing.assert_allclose(pi.mean, torso("actor"), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pi.log_std, p["log_std"], rtol=1e-6)
+    np.testing.assert_allclose(v, torso("critic")[:, 0], rtol=1e-4, atol=1e-5)
+    torsos, heads = 2 * (3 * 8 + 8 + 8 * 8 + 8), (8 * 2 + 2) + 2 + (8 + 1)  # actor head, log-std, critic head
+    assert param_count(params) == sum(x.size for x in leaves) == torsos + heads
 
 
 def test_actor_critic_shapes():

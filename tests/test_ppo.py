@@ -565,7 +565,8 @@ def test_evaluate_single_and_vmapped(small, seeds8):
     [
         (dict(hidden_sizes=(32,)), ["parameter ['params']['actor_0']['bias'] has shape",
                                     "this config's network has (32,)", "hidden_sizes=(32,)"]),
-        (dict(hidden_sizes=(16, 16)), ["another network's", "'actor_1'", "hidden_sizes=(16, 16)"]),
+        (dict(hidden_sizes=(16, 16)), ["another network's", "(layers ['actor_0', 'actor_head',",
+                                       "this config's ['actor_0', 'actor_1',", "hidden_sizes=(16, 16)"]),
         (dict(env_id="Acrobot-v1"), ["'Acrobot-v1'", "['actor_0']['kernel'] has shape",
                                      "this config's network has (6, 16)"]),
         (dict(normalize_obs=True), ["another wrapper stack", "normalize_obs=True"]),
@@ -583,6 +584,12 @@ def test_evaluate_names_what_differs_from_the_training_config(small, seeds8, cha
     stacked = jax.tree.map(lambda x: x[None], seeds8[1])
     with pytest.raises(ValueError, match=r"has shape \(1, 8, 16\)"):
         fusedrl.evaluate(config, stacked, jax.random.key(1), num_episodes=2)
+    # A seed axis on some parameters only.
+    params = result.params["params"]
+    mixed = {"params": {**params, "actor_0": {**params["actor_0"], "bias": params["actor_0"]["bias"][None]}}}
+    with pytest.raises(ValueError, match="mix leaves with and without a leading seed axis"):
+        fusedrl.evaluate(config, result.replace(state=result.state.replace(params=mixed)), jax.random.key(1),
+                         num_episodes=2)
 
 
 def _episode_lengths_env():
@@ -686,6 +693,43 @@ def test_evaluate_is_greedy_and_each_seed_gets_its_own_key(small):
     stacked = jax.tree.map(lambda x: jnp.stack([x] * 8), result)
     rows = np.asarray(fusedrl.evaluate(config, stacked, key, num_episodes=n))
     assert rows.shape == (8, n) and len({row.tobytes() for row in rows}) == 8
+
+
+def test_evaluate_normalises_observations_with_the_runs_frozen_statistics():
+    """With normalize_obs, `evaluate` feeds the policy observations normalised with the run's final
+    statistics, frozen (not statistics of its own episodes): its returns are those of stepping the
+    raw env from the same starts with the observations normalised by hand."""
+    from fusedrl.envs import VecEnv
+    from fusedrl.envs.wrappers import NormalizeObservation, find_wrapper, find_wrapper_state
+    from fusedrl.evaluation import eval_reset
+
+    config, result = _tiny_run("Pendulum-v1")
+    train = make_train(config)
+    # A greedy torque that follows the observation closely, so how it is scaled shows in the return.
+    head = result.params["params"]["actor_head"]
+    params = {"params": {**result.params["params"], "actor_head": {**head, "kernel": head["kernel"] * 300.0}}}
+    result = result.replace(state=result.state.replace(params=params))
+    key, n = jax.random.key(3), 4
+    got = np.asarray(fusedrl.evaluate(config, result, key, num_episodes=n))
+    venv, _, state, _ = eval_reset(train, result, key, n)
+    starts = find_wrapper_state(venv, state, VecEnv).env_state
+    stats = train.obs_stats(result.state, result.hparams)
+    wrapper = find_wrapper(venv, NormalizeObservation)
+    env, env_params = train.env, result.hparams.env_params
+    space = env.action_space(env_params)
+
+    def greedy_return(s):
+        def body(carry):
+            s, ret, _ = carry
+            x = stats.normalize(env.get_obs(s)[None], epsilon=wrapper.epsilon, clip=wrapper.clip)
+            action = jnp.clip(train.network.apply(params, x)[0].mode()[0], space.low, space.high)
+            _, s, reward, terminated, _ = env.step_env(None, s, action, env_params)
+            return s, ret + reward, terminated | env.is_truncated(s, env_params)
+
+        return jax.lax.while_loop(lambda c: ~c[2], body, (s, jnp.float32(0.0), jnp.bool_(False)))[1]
+
+    want = np.asarray(jax.jit(jax.vmap(greedy_return))(starts))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_trains_in_float32_with_jax_enable_x64():

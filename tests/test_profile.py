@@ -30,6 +30,9 @@ def test_profile_prints_table_and_json(mode, phases, capsys):
     assert all(math.isfinite(v) for v in summary["seconds"].values())
     assert summary["total_seconds"] > 0 and summary["steps_per_s"] > 0
     assert 0 < summary["device_fraction"] <= 1
+    if mode == "fused":  # the rows add up to the update's time; steps/s is its batch over that time
+        assert sum(summary["seconds"].values()) == pytest.approx(summary["total_seconds"])
+        assert summary["steps_per_s"] * summary["total_seconds"] == pytest.approx(2 * 8)
     for phase in phases:
         assert phase in out  # the table names every phase
     assert "env steps/s" in out
@@ -40,6 +43,15 @@ def test_fused_mode_needs_a_jax_env(capsys):
     assert "JAX" in capsys.readouterr().err
     assert profile.resolve("gymnasium:CartPole-v1", None) == ("gymnasium:CartPole-v1", "bridge")
     assert profile.resolve("gymnasium:CartPole-v1", "fused") == ("CartPole-v1", "fused")
+
+
+def test_unknown_mode_and_no_repeats_are_refused():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        profile.resolve("CartPole-v1", "bogus")
+    config = fusedrl.PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=16,
+                               num_minibatches=1, update_epochs=1, hidden_sizes=(8,))
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        profile.profile_update(config, "fused", repeats=0)
 
 
 def test_unknown_env_is_a_clear_error(capsys):
