@@ -273,6 +273,17 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     assert isinstance(actions, np.ndarray) and actions.dtype == np.int64
     np.testing.assert_array_equal(actions, expected)
     assert int(pi.act(obs[0])) == expected[0]
+    # Observations far out of range are clipped to +-10 after normalising, as in training: with
+    # weights that pick action 1 exactly when the first normalised input exceeds a threshold, one
+    # of 9.5 picks 1 and one of 10.5 picks 0.
+    far = np.asarray(stats.mean + 1e3 * np.sqrt(stats.var), np.float32)[None]
+    params = jax.tree.map(jnp.zeros_like, state.params)["params"]
+    params["actor_head"]["kernel"] = params["actor_head"]["kernel"].at[0, 1].set(100.0)
+    for threshold, action in ((9.5, 1), (10.5, 0)):
+        hidden = {"kernel": params["actor_0"]["kernel"].at[0, 0].set(0.1),
+                  "bias": params["actor_0"]["bias"].at[0].set(-0.1 * threshold)}
+        pi.params = {"params": {**params, "actor_0": hidden}}
+        assert int(pi.act(far)[0]) == action, threshold
 
 
 def test_a_gymnasium_id_takes_the_preset_of_its_jax_twin():
