@@ -146,6 +146,7 @@ def test_ppo_bench_measures_our_run():
     row = run_ours(seeds=2, num_envs=4, num_steps=16, total=4 * 16 * 2)
     assert row["impl"] == "fusedrl" and row["sps"] > 0 and row["compile_s"] > 0
     assert 0 < row["ret"] <= 500
+    assert row["sps"] * row["train_s"] == pytest.approx(2 * 4 * 16 * 2)  # both seeds' steps
 
 
 def test_ppo_bench_measures_our_sweep():
@@ -154,16 +155,29 @@ def test_ppo_bench_measures_our_sweep():
     row = run_ours_sweep(seeds=2, num_envs=4, num_steps=16, total=4 * 16 * 2)
     assert row["impl"] == "fusedrl-sweep" and row["sps"] > 0 and row["compile_s"] >= 0
     assert row["train_s"] > 0 and 0 < row["ret"] <= 500
+    assert row["sps"] * row["train_s"] == pytest.approx(2 * 4 * 16 * 2)  # both seeds' steps, timed call
 
 
-def test_ppo_bench_peer_errors_are_clear(tmp_path):
+def _refuse_to_train(monkeypatch, bench_ppo):
+    """An argument error that slipped through fails fast here, instead of starting full-size runs."""
+
+    def train(*args, **kwargs):
+        raise AssertionError("bench ppo started a run despite a bad argument")
+
+    monkeypatch.setattr(bench_ppo, "_subprocess_ours", train)
+    monkeypatch.setattr(bench_ppo, "run_peer", train)
+
+
+def test_ppo_bench_peer_errors_are_clear(tmp_path, monkeypatch):
     from fusedrl.bench import ppo as bench_ppo
 
+    run_peer = bench_ppo.run_peer
+    _refuse_to_train(monkeypatch, bench_ppo)
     with pytest.raises(SystemExit):  # PureJaxRL runs in the peers' interpreter: it needs one
         bench_ppo.main(["--purejaxrl-src", str(tmp_path)])
     with pytest.raises(RuntimeError, match="PUREJAXRL_SRC must name a folder"):
-        bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 32,
-                           env={"PUREJAXRL_SRC": str(tmp_path)})
+        run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 32,
+                 env={"PUREJAXRL_SRC": str(tmp_path)})
 
 
 def test_ppo_bench_kills_and_retries_a_hung_peer(tmp_path):
@@ -193,9 +207,10 @@ def test_ppo_bench_many_agents_goal_divides_our_64_by_each_peer():
     assert many_agents_goal(rows[:1]) == []  # needs both configs
 
 
-def test_ppo_bench_rejects_zero_repeats(capsys):
+def test_ppo_bench_rejects_zero_repeats(capsys, monkeypatch):
     from fusedrl.bench import ppo as bench_ppo
 
+    _refuse_to_train(monkeypatch, bench_ppo)
     with pytest.raises(SystemExit):
         bench_ppo.main(["--configs", "default", "--repeats", "0"])
     assert "--repeats must be >= 1" in capsys.readouterr().err
@@ -211,11 +226,13 @@ def test_hostloop_solve_rule_is_the_same_for_every_implementation():
     # Updates 3..12 average (500 + 9 * 480) / 10 = 482 >= 475: solved at update 12, not earlier.
     assert _solve_index(returns) == 12
     assert _solve_index(returns[:12]) is None
+    assert _solve_index([475.0] * 10) == 9  # the threshold itself is a solve
 
 
-def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys):
+def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys, monkeypatch):
     from fusedrl.bench import ppo as bench_ppo
 
+    _refuse_to_train(monkeypatch, bench_ppo)
     for argv in (["--purejaxrl-configs", "seeds9"],  # no such config
                  ["--purejaxrl-configs", "seeds8"],  # without --purejaxrl-src: nothing to skip
                  ["--configs", "seeds8", "--peer-python", sys.executable, "--purejaxrl-src", "x",
@@ -223,7 +240,7 @@ def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys):
         with pytest.raises(SystemExit):
             bench_ppo.main(argv)
         assert "--purejaxrl-configs" in capsys.readouterr().err
-    for bad in ("seeds64=512", "seeds8=lots"):  # seeds64 is not among the default --configs
+    for bad in ("seeds64=512", "seeds8=lots", "seeds8=0"):  # seeds64 is not among the default --configs
         with pytest.raises(SystemExit):
             bench_ppo.main(["--configs", "seeds8", "--timesteps", bad])
         assert "--timesteps" in capsys.readouterr().err
@@ -277,6 +294,9 @@ def test_kernels_bench_sums_kernels_not_the_loops_around_them():
     report = format_report(1e-3, per_kernel, top=2, shapes=kernels.shape)
     assert "dot_fusion.3" in report and "f32[2,2]{1,0}" in report and "(1 more rows)" in report
     assert "cores busy 0.70" in report and "matrix product: 71%" in report  # 20 of 28 us
+    # Per update (2 here): 4 kernels, 40 us traced wall.
+    assert "kernels per update: 2," in report and "0.02 ms traced" in report
+    assert "more rows" not in format_report(1e-3, per_kernel, top=3)  # 3 rows: all listed
 
 
 def test_kernels_bench_profiles_a_tiny_run(capsys):
@@ -325,6 +345,22 @@ def test_pendulum_optimum_dp_is_exact_one_step_ahead_and_its_controller_earns_it
         pytest.approx((v[1][39, 5] + v[1][0, 5]) / 2, abs=1e-3)
     )
 
+    # The controller acts on the grid with one step fewer to go than the state it acts in, and
+    # its value estimate at a start is that of the full horizon's grid.
+    from fusedrl.bench.pendulum_optimum import _lookahead, _start_states, controller_returns
+
+    horizon = params.max_steps_in_episode
+    ti, vj = np.repeat(np.arange(0, 40, 5), 3), np.tile([0, 12, 24], 8)  # 24 grid states
+    states = _start_states(jnp.float32(theta[ti, 0]), jnp.float32(vel[0, vj]))
+    choose = jax.vmap(_lookahead(solved), in_axes=(0, None))
+    for k in (0, horizon - 1):
+        best, nxt, reward = choose(states, k)
+        ahead = value_at(values[horizon - k - 1], nxt.theta, nxt.theta_dot)  # [states, torques]
+        np.testing.assert_array_equal(best, jnp.argmax(reward + ahead, axis=1))
+    assert not np.array_equal(choose(states, horizon - 1)[0], choose(states, horizon - 2)[0])
+    _, at_start = controller_returns(solved, states)
+    np.testing.assert_allclose(at_start, v[horizon][ti, vj], rtol=1e-5)
+
     returns, start_values = run_controller(solved, jax.random.PRNGKey(0), 128)
     returns, start_values = np.asarray(returns), np.asarray(start_values)
     # Even this coarse grid swings the pendulum up and holds it: hanging still from the same starts
@@ -360,7 +396,9 @@ def test_pendulum_optimum_discounted_solves_its_bellman_equation_and_earns_its_d
         # The controller's lookahead discounts the same way.
         np.testing.assert_allclose(solved.lookahead_value(grid, nxt), gamma * value, rtol=1e-6)
     q = jnp.stack(q)
-    np.testing.assert_allclose(q.max(0).reshape(40, 33), grid, atol=2e-3)
+    # Within 1e-3 of the fixed point (as `solve` promises) means one more backup moves the grid by
+    # at most 1e-3 * (1 - gamma) / gamma (about 1.1e-4); float32 rounding leaves ~1.5e-5.
+    np.testing.assert_allclose(q.max(0).reshape(40, 33), grid, atol=1e-4)
     # The controller picks, from each grid state, a torque the backup's maximum came from ...
     choose = _lookahead(solved)
     picked = jax.vmap(lambda state: choose(state, 0)[0])(states)
@@ -466,6 +504,9 @@ def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_fro
 def test_pendulum_optimum_cli_prints_its_rows_and_rejects_bad_arguments(capsys):
     import re
 
+    import jax
+    import numpy as np
+
     from fusedrl.bench import pendulum_optimum
 
     argv = ["--grid", "16x9", "--actions", "3", "--episodes", "64", "--json"]
@@ -474,6 +515,12 @@ def test_pendulum_optimum_cli_prints_its_rows_and_rejects_bad_arguments(capsys):
     assert row["grid"] == "16x9" and row["episodes"] == 64
     assert row["block64_min"] == row["block64_max"] == pytest.approx(row["mean_return"])
     assert row["gamma"] is None
+    from fusedrl.bench.pendulum_optimum import run_controller, solve
+
+    returns, start_values = run_controller(solve(16, 9, 3), jax.random.PRNGKey(0), 64)
+    assert row["mean_return"] == pytest.approx(float(np.mean(returns)), rel=1e-5)
+    assert row["sem"] == pytest.approx(float(np.std(returns, ddof=1)) / 8, rel=1e-4)  # sqrt(64)
+    assert row["dp_value"] == pytest.approx(float(np.mean(start_values)), rel=1e-5)
     assert pendulum_optimum.main([*argv[:-1], "--gamma", "0.9"]) == 0  # as text, not JSON
     out = capsys.readouterr().out
     assert "best discounted return, gamma 0.9, (solved in" in out and "(discounted)" in out
@@ -502,3 +549,334 @@ def test_pendulum_optimum_cli_prints_its_rows_and_rejects_bad_arguments(capsys):
     out = capsys.readouterr().out
     assert re.search(r"^\s+\|angle\| > 2\.5\s+\d+%\s+-\d+\.\d", out, re.M)
     assert re.search(r"^\s+\|angle\| <= 2\.5\s+\d+%\s+-\d+\.\d", out, re.M)
+
+
+def test_envs_bench_size_calibrates_on_the_faster_side_and_reports_medians_of_alternating_runs(monkeypatch):
+    # Stand-ins for the jitted programs and their timings: what is checked is the bookkeeping.
+    import jax
+    import jax.numpy as jnp
+
+    per_chunk = {"ours": 1e-3, "gymnax": 3e-3}  # while calibrating: ours is the faster side
+    timed = {"ours": [0.010, 0.030, 0.012], "gymnax": [0.040, 0.030, 0.060]}  # the 3 repeats
+    calls = []
+
+    def builder(impl):
+        def build(num_envs, steps):
+            def run(carry, num_chunks):
+                return carry
+
+            run.impl = impl
+            return (lambda key: jnp.float32(0)), run
+
+        return build
+
+    def time_call(run, carry, num_chunks):
+        calls.append((run.impl, int(num_chunks)))
+        seen = sum(impl == run.impl for impl, _ in calls)
+        # Calibration times 1 chunk, then 10 (1 ms per chunk of ours: 10 ms >= --min-time 9 ms).
+        return per_chunk[run.impl] * int(num_chunks) if seen <= 2 else timed[run.impl][seen - 3]
+
+    monkeypatch.setattr(bench_envs, "BUILDERS", {impl: builder(impl) for impl in bench_envs.IMPLS})
+    monkeypatch.setattr(bench_envs, "_time_call", time_call)
+    row = bench_envs.bench_size(8, 5, repeats=3, min_time=0.009, key=jax.random.key(0))
+    assert row["scan_steps"] == 5 * 10  # calibrated until the faster side lasts --min-time
+    assert calls[-6:] == [("ours", 10), ("gymnax", 10), ("gymnax", 10), ("ours", 10),
+                          ("ours", 10), ("gymnax", 10)]  # the first of each pair alternates
+    assert row["ours_seconds"] == timed["ours"] and row["gymnax_seconds"] == timed["gymnax"]
+    # steps/s count every env's steps, over the median of the repeats.
+    assert row["ours_steps_per_s"] == pytest.approx(8 * 50 / 0.012)
+    assert row["gymnax_steps_per_s"] == pytest.approx(8 * 50 / 0.040)
+    assert row["ratio"] == pytest.approx(0.040 / 0.012)
+    assert row["paired_ratio"] == pytest.approx(4.0)  # median of gymnax/ours per repeat: 4, 1, 5
+
+
+def test_compile_then_run_times_the_compile_apart_from_the_run():
+    import time
+
+    from fusedrl.bench._timing import compile_then_run
+
+    class Jitted:  # what compile_then_run uses of a jax.jit-wrapped function
+        def lower(self, *args):
+            return self
+
+        def compile(self):
+            time.sleep(0.5)
+            return lambda *args: (time.sleep(0.05), sum(args))[1]
+
+    out, compile_s, run_s = compile_then_run(Jitted(), 1, 2)
+    assert out == 3 and compile_s >= 0.5 and 0.05 <= run_s < 0.5
+
+
+def test_ppo_bench_rotates_runs_takes_medians_of_finished_runs_and_divides_ours_by_each_peer(
+    monkeypatch, capsys
+):
+    from fusedrl.bench import ppo as bench_ppo
+
+    ran = []
+    sps = {("fusedrl", 1): [100.0, 300.0, 200.0], ("fusedrl", 8): [800.0, 600.0, 700.0],
+           ("fusedrl-sweep", 8): [900.0, 1000.0, 1100.0]}
+    peer = [{"hung": True, "hangs": 3}, {"sps": 50.0, "hangs": 1}, {"sps": 100.0, "hangs": 0}]
+
+    def ours(cfg, total, fn="run_ours"):
+        label = "fusedrl" if fn == "run_ours" else "fusedrl-sweep"
+        ran.append((label, cfg["seeds"], total))
+        n = sum(r[:2] == (label, cfg["seeds"]) for r in ran)
+        return {"impl": label, "sps": sps[label, cfg["seeds"]][n - 1], "compile_s": 1.0, "ret": 9.0}
+
+    def run_peer(python, script, seeds, num_envs, num_steps, total, env=None, timeout=900, attempts=3):
+        ran.append(("rejax", seeds, total))
+        n = sum(r[:2] == ("rejax", seeds) for r in ran)
+        return {"compile_s": 2.0, "ret": 8.0, **peer[n - 1]}
+
+    monkeypatch.setattr(bench_ppo, "_subprocess_ours", ours)
+    monkeypatch.setattr(bench_ppo, "run_peer", run_peer)
+    argv = ["--configs", "default,seeds8", "--repeats", "3", "--peer-python", sys.executable,
+            "--timesteps", "seeds8=4096"]
+    assert bench_ppo.main(argv) == 0
+    out = capsys.readouterr().out
+    # Each repeat starts with the next implementation; fusedrl-sweep only at multi-seed configs.
+    assert [r[0] for r in ran] == ["fusedrl", "rejax", "rejax", "fusedrl", "fusedrl", "rejax",
+                                   "fusedrl", "fusedrl-sweep", "rejax", "fusedrl-sweep", "rejax",
+                                   "fusedrl", "rejax", "fusedrl", "fusedrl-sweep"]
+    assert {r[2] for r in ran if r[1] == 1} == {500_000} and {r[2] for r in ran if r[1] == 8} == {4096}
+    default, seeds8 = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert default["fusedrl"]["sps"] == 200.0 and default["rejax"]["sps"] == 75.0  # hung run left out
+    assert default["rejax"]["hangs"] == 4 and default["rejax"]["sps_runs"] == [50, 100]
+    assert default["ratio_fusedrl_vs_rejax"] == pytest.approx(200 / 75)
+    assert "fusedrl-sweep" not in default and "ratio_fusedrl-sweep_vs_rejax" not in default
+    assert seeds8["ratio_fusedrl_vs_rejax"] == pytest.approx(700 / 75)
+    assert seeds8["ratio_fusedrl-sweep_vs_rejax"] == pytest.approx(1000 / 75)
+    assert "seeds8   ratio fusedrl-sweep/rejax steps/s (median of runs): 13.33x" in out
+
+
+def test_ppo_bench_config_is_purejaxrls_cartpole_config():
+    from fusedrl.bench import ppo as bench_ppo
+    from fusedrl.bench.sweep import config_for
+
+    assert bench_ppo.CONFIGS == {
+        "default": dict(seeds=1, num_envs=4, num_steps=128),
+        "seeds8": dict(seeds=8, num_envs=4, num_steps=128),
+        "wide": dict(seeds=1, num_envs=2048, num_steps=16),
+        "seeds64": dict(seeds=64, num_envs=4, num_steps=128),
+    }
+    # `bench sweep` spells PureJaxRL's config out field by field: `bench ppo` trains the same.
+    assert bench_ppo._config(4, 128, 10 * 4 * 128) == config_for(10)
+
+
+def test_ppo_bench_peer_retry_reports_the_hangs_before_a_finished_run(tmp_path):
+    from fusedrl.bench import ppo as bench_ppo
+
+    script = tmp_path / "hang_once.py"  # hangs on its first run only
+    script.write_text("import os, time\nmark = os.environ['MARK']\nif not os.path.exists(mark):\n"
+                      "    open(mark, 'w').close()\n    time.sleep(60)\nprint('{\"sps\": 1.0}')\n")
+    result = bench_ppo.run_peer(sys.executable, str(script), 1, 4, 8, 32,
+                                env={"MARK": str(tmp_path / "mark")}, timeout=2, attempts=3)
+    assert result == {"sps": 1.0, "hangs": 1}
+
+
+def test_purejaxrl_peer_counts_the_steps_of_every_seed(tmp_path):
+    # A stand-in for PureJaxRL's make_train with its metrics' layout [updates, steps, envs].
+    from fusedrl.bench import ppo as bench_ppo
+
+    (tmp_path / "purejaxrl").mkdir()
+    (tmp_path / "purejaxrl" / "ppo.py").write_text(
+        "import jax.numpy as jnp\n\n"
+        "def make_train(config):\n"
+        "    def train(key):\n"
+        "        shape = (2, config['NUM_STEPS'], config['NUM_ENVS'])\n"
+        "        done = jnp.zeros(shape, bool).at[-1, :, 0].set(True)\n"
+        "        rets = jnp.full(shape, 7.0).at[-1, :, 1].set(1000.0)\n"
+        "        return {'metrics': {'returned_episode': done, 'returned_episode_returns': rets}}\n"
+        "    return train\n"
+    )
+    row = bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 3, 4, 8, 100,
+                             env={"PUREJAXRL_SRC": str(tmp_path)})
+    assert row["sps"] * row["train_s"] == pytest.approx(3 * 3 * 4 * 8)  # 3 seeds x 3 updates of 32
+    assert row["ret"] == 7.0 and row["hangs"] == 0  # returns of finished episodes only
+
+
+def test_sweep_bench_measure_counts_every_agent_and_books_the_first_calls_extra_as_compile(monkeypatch):
+    import importlib
+    import types
+
+    from fusedrl.bench import sweep as bench_sweep
+
+    clock, durations = [0.0], iter([5.0, 2.0, 1.0, 3.0])  # the first call, then 3 timed calls
+
+    def sweep(config, num_agents, keep_state, streams):
+        clock[0] += next(durations)
+
+    monkeypatch.setattr(importlib.import_module("fusedrl.sweep"), "sweep", sweep)
+    monkeypatch.setattr(bench_sweep, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    row = bench_sweep.measure(3, 2, min_time=0.0, repeats=3, streams=1)
+    steps = 2 * 4 * 128  # per agent: 2 updates of 4 envs x 128 steps
+    assert row["env_steps_per_agent"] == steps and row["calls"] == 3 and row["run_s"] == 2.0
+    assert row["compile_s"] == 3.0  # first call minus the median call
+    assert row["sps"] == 3 * steps / 2.0 and row["sps_per_agent"] == steps / 2.0
+    assert row["s_per_agent_per_1m_steps"] == pytest.approx(2.0 / 3 * 1e6 / steps)
+
+
+def test_sweep_bench_speedup_is_over_one_agent_of_the_same_streams():
+    from fusedrl.bench.sweep import format_table
+
+    def row(agents, streams, sps):
+        return {"agents": agents, "streams": streams, "sps": sps, "compile_s": 0.0, "run_s": 1.0,
+                "sps_per_agent": sps / agents, "s_per_agent_per_1m_steps": 1.0}
+
+    rows = [row(1, 2, 100.0), row(1, 1, 200.0), row(8, 2, 500.0), row(8, 1, 400.0), row(8, 3, 900.0)]
+    speedups = [line.split()[-1] for line in format_table(rows).splitlines()[1:]]
+    assert speedups == ["1.0x", "1.0x", "5.0x", "2.0x", "4.5x"]  # no 1-agent row at 3: over streams=1
+
+
+def test_sweep_bench_measures_a_setting_once_when_two_resolve_alike(monkeypatch, capsys):
+    import importlib
+
+    import jax
+
+    from fusedrl.bench import sweep as bench_sweep
+
+    measured = []
+
+    def measure(num_agents, num_updates, min_time, repeats, streams=None):
+        measured.append((num_agents, streams))
+        return {"agents": num_agents, "streams": streams, "sps": 1.0, "compile_s": 0.0}
+
+    monkeypatch.setattr(bench_sweep, "measure", measure)
+    assert bench_sweep.main(["--agents", "1,4", "--streams", "auto,1", "--json"]) == 0
+    S = importlib.import_module("fusedrl.sweep")
+    auto4 = S._num_streams(None, tuple(jax.devices()), 4)
+    assert measured == [(1, None)] + [(4, None)] + ([(4, 1)] if auto4 != 1 else [])
+    assert len(json.loads(capsys.readouterr().out)) == len(measured)
+
+
+def test_runs_bench_counts_every_seed_alternates_and_divides_by_the_single_vmap(monkeypatch, capsys):
+    import types
+
+    from fusedrl.bench import runs as bench_runs
+
+    def compiled(config, num_seeds, every, streams):
+        return types.SimpleNamespace(default_hparams=lambda: None), f"streams {streams}", 0.0
+
+    ran = []
+    walls = {"streams 2": iter([1.0, 2.0, 1.5]), "streams 1": iter([3.0, 4.0, 3.5])}
+
+    def timed_run(run, keys, hparams, config, csv_path):
+        ran.append(run)
+        return next(walls[run]), 0.0
+
+    monkeypatch.setattr(bench_runs, "num_streams", lambda num_seeds: 2)
+    monkeypatch.setattr(bench_runs, "_compiled", compiled)
+    monkeypatch.setattr(bench_runs, "timed_run", timed_run)
+    assert bench_runs.main(["--num-seeds", "4", "--repeats", "3", "--set", "total_timesteps=4096"]) == 0
+    assert ran == ["streams 2", "streams 1", "streams 1", "streams 2", "streams 2", "streams 1"]
+    out = capsys.readouterr().out
+    steps = 4 * fusedrl.preset("CartPole-v1", total_timesteps=4096).env_steps  # all 4 seeds'
+    assert f"streams=2  median {steps / 1.5:12,.0f} env steps/s  (2.33x the single vmap)" in out
+    assert f"streams=1  median {steps / 3.5:12,.0f} env steps/s  (1.00x the single vmap)" in out
+
+
+def test_presets_bench_row_reports_greedy_and_sampled_stats_across_seed_means(monkeypatch):
+    import types
+
+    import jax
+    import numpy as np
+
+    import fusedrl
+    from fusedrl.bench import presets as bench_presets
+
+    config = types.SimpleNamespace(env_steps=1000)
+    result = types.SimpleNamespace(metrics={"episode_return": np.array([[1.0, 5.0], [2.0, 6.0]])})
+    monkeypatch.setattr(bench_presets, "train_preset",
+                        lambda env_id, seeds, seed, **o: (config, result, 1.0, 2.0, jax.random.key(0)))
+    greedy_returns = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])  # [seeds, episodes]: means 2, 20
+    sampled = np.array([[0.0, 0.0, 3.0], [4.0, 4.0, 4.0]])  # seed means 1, 4
+
+    keys = {}
+
+    def evaluate(config, result, key, num_episodes=64, *, greedy=True):
+        keys[greedy] = jax.random.key_data(key)
+        return greedy_returns if greedy else sampled
+
+    monkeypatch.setattr(fusedrl, "evaluate", evaluate)
+    row = bench_presets.run_preset("CartPole-v1", 2, 3)
+    assert (row["mean"], row["std"], row["min_seed"], row["per_seed"]) == (11.0, 9.0, 2.0, [2.0, 20.0])
+    assert (row["sampled_mean"], row["sampled_std"], row["sampled_min_seed"]) == (2.5, 1.5, 1.0)
+    assert row["sampled_per_seed"] == [1.0, 4.0] and row["final_train_return"] == [5.0, 6.0]
+    assert (row["train_s"], row["compile_s"], row["env_steps"]) == (2.0, 1.0, 1000)
+    assert (keys[True] != keys[False]).any()  # sampled episodes have their own key
+
+
+def test_hostloop_bridge_books_its_first_update_as_compile(monkeypatch):
+    import types
+
+    import numpy as np
+
+    import fusedrl.train
+    from fusedrl.bench import hostloop
+
+    clock = [0.0]
+
+    def make_train(config, callback):
+        def train(key):
+            for i in range(config.num_updates):
+                clock[0] += 10.0 if i == 0 else 1.0  # update 0 compiles
+                callback({})
+            return types.SimpleNamespace(metrics={"episode_return": np.full(config.num_updates, 500.0)})
+
+        return train
+
+    monkeypatch.setattr(fusedrl.train, "make_train", make_train)
+    monkeypatch.setattr(hostloop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    row = hostloop.run_bridge(256 * 12)  # 12 updates of 8 envs x 32 steps
+    assert (row["compile_s"], row["train_s"]) == (10.0, 11.0)
+    assert row["steps_per_s"] == 256 * 11 / 11.0  # the 11 updates after the compiling one
+    assert row["solve_update"] == hostloop.WINDOW - 1 and row["solve_s"] == 9.0
+    assert row["times"] == [float(i) for i in range(12)]
+
+
+def test_pendulum_start_angle_bins_cover_every_angle_once():
+    import math
+
+    import numpy as np
+
+    from fusedrl.bench.pendulum_optimum import ANGLE_BINS, _bin_masks
+
+    angle = np.array([0.0, 0.5, 1.0, 2.0, 2.6, 3.0, math.pi])  # |theta| is pi at theta = -pi
+    masks = np.array(_bin_masks(angle))
+    assert masks.sum(0).tolist() == [1] * len(angle)
+    assert [int(np.flatnonzero(m)[0]) for m in masks.T] == [0, 0, 1, 2, 3, 3, 3]
+    assert len(masks) == len(ANGLE_BINS) - 1
+
+
+def test_hostloop_fused_solve_time_counts_from_the_end_of_update_0(monkeypatch):
+    import types
+
+    import numpy as np
+
+    from fusedrl.bench import hostloop
+
+    returns = np.array([0.0, 0.0] + [500.0] * 12)  # 14 updates: solved at update 11
+    result = types.SimpleNamespace(metrics={"episode_return": returns})
+    monkeypatch.setattr(hostloop, "compile_then_run", lambda fn, key: (result, 3.0, 14.0))
+    row = hostloop.run_fused(256 * 14)
+    assert (row["compile_s"], row["train_s"], row["steps_per_s"]) == (3.0, 14.0, 256.0)
+    assert row["times"] == [float(i) for i in range(14)]  # 1 s per update, from the end of update 0
+    assert (row["solve_update"], row["solve_s"]) == (11, 11.0)  # as the bridge's stamps[i] - stamps[0]
+
+
+def test_hostloop_and_sweep_benches_reject_budgets_below_their_minimum(monkeypatch, capsys):
+    from fusedrl.bench import hostloop
+    from fusedrl.bench import sweep as bench_sweep
+
+    def measure(*args, **kwargs):
+        raise AssertionError("measured despite a bad argument")
+
+    monkeypatch.setattr(hostloop, "measure", measure)
+    monkeypatch.setattr(bench_sweep, "measure", measure)
+    with pytest.raises(SystemExit):  # one update of 8 envs x 32 steps is not enough
+        hostloop.main(["--total-timesteps", str(2 * 256 - 1), "--no-sb3"])
+    assert "at least two updates" in capsys.readouterr().err
+    for bad in (["--num-updates", "0"], ["--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            bench_sweep.main(["--agents", "1", *bad])
+        assert "must be >= 1" in capsys.readouterr().err

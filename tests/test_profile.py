@@ -92,3 +92,19 @@ def test_progress_cost_rotates_which_program_runs_first(monkeypatch, capsys):
                    "program 1", "program 0", "program 8"]
     out = capsys.readouterr().out
     assert "wall median callback every 8       1.50 s   ratio 1.500 (+50.0%)" in out, out
+
+
+def test_progress_cost_reports_medians_and_minimums_of_wall_and_cpu_seconds(monkeypatch, capsys):
+    from fusedrl import progress_cost
+
+    monkeypatch.setattr(progress_cost, "_compiled",
+                        lambda config, num_seeds, every: (fusedrl.make_train(config), every, 0.0))
+    times = {0: iter([(2.0, 1.0), (1.0, 3.0), (4.0, 2.0)]), 8: iter([(3.0, 4.0), (6.0, 2.0), (2.5, 6.0)])}
+    monkeypatch.setattr(progress_cost, "timed_run", lambda run, *args: next(times[run]))
+    progress_cost.main(["--env", "CartPole-v1", "--every", "8", "--repeats", "3"])
+    out = capsys.readouterr().out
+    # wall: off 2, 1, 4; every 8: 3, 6, 2.5. cpu: off 1, 3, 2; every 8: 4, 2, 6.
+    assert "wall median callback every 8       3.00 s   ratio 1.500 (+50.0%)" in out, out
+    assert "wall min    callback every 8       2.50 s   ratio 2.500 (+150.0%)" in out, out
+    assert "cpu  median callback every 8       4.00 s   ratio 2.000 (+100.0%)" in out, out
+    assert "cpu  min    callback every 8       2.00 s   ratio 2.000 (+100.0%)" in out, out
