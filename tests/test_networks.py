@@ -74,40 +74,28 @@ def test_categorical_with_masked_actions():
     assert not np.any(np.asarray(samples) == 2)
 
 
-def test_diag_gaussian_against_scipy():
+@pytest.mark.parametrize("log_std", [[-0.5, 0.0, 0.7], np.linspace(-1.0, 1.0, 18).reshape(6, 3)],
+                         ids=["state-independent", "per-row"])
+def test_diag_gaussian_against_scipy(log_std):
+    # One log-prob and one entropy per row, whether the log-std is [D] or [N, D].
     mean = jax.random.normal(jax.random.key(3), (6, 3))
-    log_std = jnp.array([-0.5, 0.0, 0.7])
+    log_std = jnp.asarray(log_std, jnp.float32)
     d = DiagGaussian(mean, log_std)
     a = jax.random.normal(jax.random.key(4), (6, 3))
-    std = np.exp(np.asarray(log_std))
-    want = stats.norm.logpdf(np.asarray(a), np.asarray(mean), std).sum(-1)
+    std = np.broadcast_to(np.exp(np.asarray(log_std, np.float64)), mean.shape)
+    want = stats.norm.logpdf(np.asarray(a, np.float64), np.asarray(mean, np.float64), std).sum(-1)
+    assert d.log_prob(a).shape == d.entropy().shape == (6,)
     np.testing.assert_allclose(d.log_prob(a), want, rtol=1e-5)
-    np.testing.assert_allclose(d.entropy(), np.full(6, stats.norm.entropy(0, std).sum()), rtol=1e-5)
+    np.testing.assert_allclose(d.entropy(), stats.norm.entropy(0, std).sum(-1), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(d.mode(), mean)
+    z = jax.random.normal(jax.random.key(6), (6, 3))  # a sample is the mean plus std times the noise
+    np.testing.assert_allclose(d.sample_from_noise(z), np.asarray(mean) + std * np.asarray(z), rtol=1e-5,
+                               atol=1e-6)
     centre = jnp.array([1.0, -2.0, 0.5])  # samples are centred on the mean and spread by std
-    s = DiagGaussian(jnp.broadcast_to(centre, (50000, 3)), log_std).sample(jax.random.key(5))
+    last = jnp.broadcast_to(log_std, (6, 3))[-1]  # the last row's log-std, [D]
+    s = DiagGaussian(jnp.broadcast_to(centre, (50000, 3)), last).sample(jax.random.key(5))
     np.testing.assert_allclose(np.asarray(s).mean(0), centre, atol=0.03)
-    np.testing.assert_allclose(np.asarray(s).std(0), std, rtol=0.02)
-
-
-@pytest.mark.parametrize("log_std_shape", [(3,), (6, 3)], ids=["state-independent", "per-row"])
-def test_diag_gaussian_against_float64_formulas(log_std_shape):
-    # log N(a; m, s) = -(a - m)^2 / (2 s^2) - log s - log(2 pi) / 2 per dimension, entropy
-    # log s + (1 + log(2 pi)) / 2, summed over D: one value per row, whatever the log-std's shape.
-    mean = np.asarray(jax.random.normal(jax.random.key(3), (6, 3)), np.float64)
-    log_std = np.asarray(jax.random.uniform(jax.random.key(4), log_std_shape, minval=-1.0, maxval=1.0),
-                         np.float64)
-    a = np.asarray(jax.random.normal(jax.random.key(5), (6, 3)), np.float64)
-    d = DiagGaussian(jnp.asarray(mean, jnp.float32), jnp.asarray(log_std, jnp.float32))
-    s = np.broadcast_to(np.exp(log_std), mean.shape)
-    log_prob = (-((a - mean) ** 2) / (2 * s**2) - np.log(s) - 0.5 * np.log(2 * np.pi)).sum(-1)
-    entropy = (np.log(s) + 0.5 * (1 + np.log(2 * np.pi))).sum(-1)
-    assert d.log_prob(jnp.asarray(a, jnp.float32)).shape == (6,) and d.entropy().shape == (6,)
-    np.testing.assert_allclose(d.log_prob(jnp.asarray(a, jnp.float32)), log_prob, rtol=1e-5)
-    np.testing.assert_allclose(d.entropy(), entropy, rtol=1e-5, atol=1e-6)
-    z = np.asarray(jax.random.normal(jax.random.key(6), (6, 3)), np.float64)
-    sample = d.sample_from_noise(jnp.asarray(z, jnp.float32))
-    np.testing.assert_allclose(sample, mean + s * z, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(s).std(0), std[-1], rtol=0.02)
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
