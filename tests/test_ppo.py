@@ -659,31 +659,41 @@ def test_evaluate_reports_each_envs_first_episode(small):
     np.testing.assert_allclose(np.asarray(run(obs, state)), want, rtol=1e-6)
 
 
-def test_evaluate_is_greedy_and_each_seed_gets_its_own_key(small):
-    """`evaluate` (greedy) returns what the policy's mode earns, stepped alone from the start states
-    `evaluate` draws; a vmapped result evaluates every seed with its own key (8 copies of one agent
-    give 8 different rows)."""
+def _greedy_returns_by_hand(train, result, key, n, observe=lambda obs: obs):
+    """What the policy's mode earns from each of the n start states `evaluate` draws with `key`,
+    stepping the raw env one episode at a time; `observe` maps the env's observation [1, ...] to
+    the network's input."""
     from fusedrl.envs import VecEnv
     from fusedrl.envs.wrappers import find_wrapper_state
     from fusedrl.evaluation import eval_reset
 
-    config, train, _, result = small
-    key, n = jax.random.key(3), 16
-    got = np.asarray(fusedrl.evaluate(config, result, key, num_episodes=n))
     venv, _, state, _ = eval_reset(train, result, key, n)
     starts = find_wrapper_state(venv, state, VecEnv).env_state
     env, params = train.env, result.hparams.env_params
+    space = env.action_space(params)
 
     def greedy_return(s):
         def body(carry):
             s, ret, _ = carry
-            pi, _ = train.network.apply(result.params, env.get_obs(s)[None])
-            _, s, reward, terminated, _ = env.step_env(None, s, pi.mode()[0], params)
+            action = train.network.apply(result.params, observe(env.get_obs(s)[None]))[0].mode()[0]
+            if not train.discrete:
+                action = jnp.clip(action, space.low, space.high)
+            _, s, reward, terminated, _ = env.step_env(None, s, action, params)
             return s, ret + reward, terminated | env.is_truncated(s, params)
 
         return jax.lax.while_loop(lambda c: ~c[2], body, (s, jnp.float32(0.0), jnp.bool_(False)))[1]
 
-    want = np.asarray(jax.jit(jax.vmap(greedy_return))(starts))
+    return np.asarray(jax.jit(jax.vmap(greedy_return))(starts))
+
+
+def test_evaluate_is_greedy_and_each_seed_gets_its_own_key(small):
+    """`evaluate` (greedy) returns what the policy's mode earns, stepped alone from the start states
+    `evaluate` draws; a vmapped result evaluates every seed with its own key (8 copies of one agent
+    give 8 different rows)."""
+    config, train, _, result = small
+    key, n = jax.random.key(3), 16
+    got = np.asarray(fusedrl.evaluate(config, result, key, num_episodes=n))
+    want = _greedy_returns_by_hand(train, result, key, n)
     assert len(set(want.tolist())) > 1  # episode lengths differ: a real check
     np.testing.assert_array_equal(got, want)
     # Sampling is another policy: its returns are not the greedy ones.
@@ -699,9 +709,7 @@ def test_evaluate_normalises_observations_with_the_runs_frozen_statistics():
     """With normalize_obs, `evaluate` feeds the policy observations normalised with the run's final
     statistics, frozen (not statistics of its own episodes): its returns are those of stepping the
     raw env from the same starts with the observations normalised by hand."""
-    from fusedrl.envs import VecEnv
-    from fusedrl.envs.wrappers import NormalizeObservation, find_wrapper, find_wrapper_state
-    from fusedrl.evaluation import eval_reset
+    from fusedrl.envs.wrappers import NormalizeObservation, find_wrapper
 
     config, result = _tiny_run("Pendulum-v1")
     train = make_train(config)
@@ -711,24 +719,10 @@ def test_evaluate_normalises_observations_with_the_runs_frozen_statistics():
     result = result.replace(state=result.state.replace(params=params))
     key, n = jax.random.key(3), 4
     got = np.asarray(fusedrl.evaluate(config, result, key, num_episodes=n))
-    venv, _, state, _ = eval_reset(train, result, key, n)
-    starts = find_wrapper_state(venv, state, VecEnv).env_state
     stats = train.obs_stats(result.state, result.hparams)
-    wrapper = find_wrapper(venv, NormalizeObservation)
-    env, env_params = train.env, result.hparams.env_params
-    space = env.action_space(env_params)
-
-    def greedy_return(s):
-        def body(carry):
-            s, ret, _ = carry
-            x = stats.normalize(env.get_obs(s)[None], epsilon=wrapper.epsilon, clip=wrapper.clip)
-            action = jnp.clip(train.network.apply(params, x)[0].mode()[0], space.low, space.high)
-            _, s, reward, terminated, _ = env.step_env(None, s, action, env_params)
-            return s, ret + reward, terminated | env.is_truncated(s, env_params)
-
-        return jax.lax.while_loop(lambda c: ~c[2], body, (s, jnp.float32(0.0), jnp.bool_(False)))[1]
-
-    want = np.asarray(jax.jit(jax.vmap(greedy_return))(starts))
+    wrapper = find_wrapper(train.make_env(result.hparams, num_envs=1), NormalizeObservation)
+    want = _greedy_returns_by_hand(
+        train, result, key, n, lambda obs: stats.normalize(obs, epsilon=wrapper.epsilon, clip=wrapper.clip))
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
