@@ -102,14 +102,19 @@ def test_mismatched_checkpoint_names_the_field(runs, change, words):
         assert w in str(info.value), (w, str(info.value))
 
 
+def _copy_with_meta(path, dest, edit):
+    """A copy of the checkpoint at `path` in `dest`, its meta.json changed in place by `edit`."""
+    shutil.copytree(path, dest)
+    meta = json.loads((dest / "meta.json").read_text())
+    edit(meta)
+    (dest / "meta.json").write_text(json.dumps(meta))
+    return dest
+
+
 def test_corrupt_checkpoints_fail_clearly(runs, tmp_path):
     _, _, _, path = runs
     # Arrays that do not fit the stored config (as if meta.json and arrays came from different runs).
-    bad = tmp_path / "shapes"
-    shutil.copytree(path, bad)
-    meta = json.loads((bad / "meta.json").read_text())
-    meta["config"]["hidden_sizes"] = [32]
-    (bad / "meta.json").write_text(json.dumps(meta))
+    bad = _copy_with_meta(path, tmp_path / "shapes", lambda m: m["config"].update(hidden_sizes=[32]))
     shapes = r"field state\.params\.\S+ has shape \(16,\).*expected \(32,\)"
     with pytest.raises(ckpt.CheckpointError, match=shapes):
         ckpt.restore(bad)
@@ -149,12 +154,7 @@ def test_checkpoints_of_another_layout_or_format_fail_clearly(runs, tmp_path):
     leaf = sorted(json.loads((path / "meta.json").read_text())["leaves"])[0]
 
     def edited(name, edit):
-        bad = tmp_path / name
-        shutil.copytree(path, bad)
-        meta = json.loads((bad / "meta.json").read_text())
-        edit(meta)
-        (bad / "meta.json").write_text(json.dumps(meta))
-        return bad
+        return _copy_with_meta(path, tmp_path / name, edit)
 
     # A field the code does not know, and one the checkpoint lacks: each named on its own side.
     bogus = {"state.bogus": {"shape": [], "dtype": "float32"}}
