@@ -68,6 +68,10 @@ def test_config_derived_values():
         (dict(max_grad_norm=0.0), ValueError, ["max_grad_norm", "> 0"]),
         (dict(gae_lambda=-0.1), ValueError, ["gae_lambda", "[0, 1]"]),
         (dict(ent_coef=-0.01), ValueError, ["ent_coef", ">= 0"]),
+        (dict(ent_coef=float("inf")), ValueError, ["ent_coef", "finite"]),
+        (dict(total_timesteps=2**31), ValueError, ["total_timesteps=2147483648", "2**31"]),
+        (dict(env_params={"gravity": float("nan")}), ValueError, ["env_params['gravity']", "NaN"]),
+        (dict(lr=True), TypeError, ["lr", "number", "True"]),
     ],
 )
 def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
@@ -216,6 +220,27 @@ def test_traced_hyperparameters_do_not_retrace(small):
     hps = hps.replace(env_params=hps.env_params.replace(gravity=jnp.array([9.8, 20.0])))
     out = jax.jit(jax.vmap(train, in_axes=(None, 0)))(jax.random.key(0), hps)
     assert out.metrics["episode_return"].shape == (2, config.num_updates)
+
+
+@pytest.mark.parametrize("field, value", [("lr", 1e-3), ("gamma", 0.5), ("gae_lambda", 0.3),
+                                          ("clip_eps", 0.02), ("ent_coef", 0.5), ("vf_coef", 5.0),
+                                          ("max_grad_norm", 1e-6)])
+def test_traced_hyperparameters_act_like_the_config_fields(field, value):
+    # Every use of a traced field must read the traced value: training with `hparams.<field> = v`
+    # is training with a config whose <field> is v (reward normalisation on, so its gamma counts),
+    # and differs from training with the default (so the field is used at all).
+    base = PPOConfig(**{**SMALL, "total_timesteps": SMALL["num_envs"] * SMALL["num_steps"],
+                        "hidden_sizes": (8,), "normalize_reward": True, "lr": 1e-2})
+    train = make_train(base)
+    key = jax.random.key(0)
+    hp = train.default_hparams()
+    traced = jax.jit(train)(key, hp.replace(**{field: jnp.float32(value)})).params
+    static = jax.jit(make_train(base.replace(**{field: value})))(key).params
+    default = jax.jit(train)(key, hp).params
+    chex.assert_trees_all_close(traced, static, rtol=1e-5, atol=1e-7)
+    moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in
+                zip(jax.tree.leaves(traced), jax.tree.leaves(default), strict=True))
+    assert moved > 1e-5, (field, moved)
 
 
 def test_hparams_type_is_checked(small):
@@ -382,6 +407,27 @@ def test_target_kl_stops_only_beyond_one_and_a_half_times_the_target():
         np.testing.assert_array_equal(r.metrics["gradient_steps"], [steps], err_msg=str(target))
 
 
+def test_target_kl_stop_is_final_for_the_update():
+    # Four 1-sample minibatches, two epochs: two samples start at KL 0 from the rollout's policy, two
+    # far beyond 1.5 * target_kl. Once a far one stops the update, the near ones that come after it
+    # (KL still ~0: the parameters no longer move) must not restart it: at most the near samples
+    # drawn before the first far one are stepped, never all 2 x 2 of them.
+    config = PPOConfig(**{**SMALL, "num_envs": 1, "num_steps": 4, "total_timesteps": 4,
+                          "num_minibatches": 4, "target_kl": 1e-3})
+    train = make_train(config)
+    hp = train.default_hparams()
+    state = train.init(jax.random.key(0), hp)
+    obs = jnp.asarray(np.random.default_rng(0).normal(0, 1, (4, 4)), jnp.float32)
+    action = jnp.array([0, 1, 0, 1], jnp.int32)
+    pi, value = train.network.apply(state.params, obs)
+    far = jnp.array([0.0, 0.0, 1.0, 1.0])  # log pi_old = log pi - 1: KL (k3) e^1 - 2 = 0.72
+    batch = Batch(obs=obs, action=action, log_prob=pi.log_prob(action) - far, value=value,
+                  advantage=jnp.array([1.0, -1.0, 0.5, -0.5]), target=value + 1.0)
+    for seed in range(4):
+        steps = int(jax.jit(train.learn)(state.params, state.opt_state, batch, hp, jax.random.key(seed))[3])
+        assert steps <= 2, (seed, steps)
+
+
 def test_data_parallel_advantage_normalisation_matches_the_plain_agent_on_equal_shards():
     # Two shards holding the same batch: the pooled statistics equal each shard's own, so the
     # data-parallel step must be the plain agent's step (advantages of mean 2 and std 3, so a
@@ -478,6 +524,19 @@ def test_the_optimizer_steps_with_the_reported_learning_rate(small):
             update, state = opt.update(grad, state, params)
             np.testing.assert_allclose(np.abs(update["w"]), want, rtol=1e-3, err_msg=f"update {u}")
     assert want == pytest.approx(config.lr / config.num_updates)
+
+
+def test_adam_epsilon_is_1e_5(small):
+    # PPO's Adam uses eps 1e-5 (PureJaxRL, CleanRL, SB3), not optax's 1e-8: a constant gradient of
+    # size g gives steps of lr * g / (g + eps), half the rate at g = 1e-5.
+    _, train, _, _ = small
+    hparams = train.default_hparams()
+    opt = train.make_optimizer(hparams)
+    params = {"w": jnp.zeros(2)}
+    grad = {"w": jnp.array([1e-5, -1e-5])}
+    update, _ = opt.update(grad, opt.init(params), params)
+    want = float(train.learning_rate(hparams, jnp.int32(0))) * 1e-5 / (1e-5 + 1e-5)
+    np.testing.assert_allclose(np.abs(update["w"]), want, rtol=1e-3)
 
 
 def test_learning_rate_stays_at_zero_past_the_budget(small):
