@@ -216,12 +216,9 @@ def _check_draws(draws, state: VecEnvState, num_envs: int):
         )
     # Compare whole shapes, not only the leading axis: with T == N a whole predraw [T, N, ...]
     # would pass a leading-axis check and broadcast into [N, N, ...] states.
-    def shapes(tree):
-        return jax.tree.map(lambda x: jnp.shape(x), tree)
-
-    one_step = (shapes(state.pool_obs), shapes(state.env_state))
+    one_step = jax.tree.map(jnp.shape, (state.pool_obs, state.env_state))
     keys_ok = draws.step_keys is None or jnp.shape(draws.step_keys) == (num_envs,)
-    if not keys_ok or shapes((draws.reset_obs, draws.reset_state)) != one_step:
+    if not keys_ok or jax.tree.map(jnp.shape, (draws.reset_obs, draws.reset_state)) != one_step:
         raise ValueError(
             f"draws must be ONE step's slice of predraw (leaves [N={num_envs}, ...], shaped like the "
             f"state's), got reset_obs of shape {jnp.shape(draws.reset_obs)} for observations of "
