@@ -222,21 +222,28 @@ def test_traced_hyperparameters_do_not_retrace(small):
     assert out.metrics["episode_return"].shape == (2, config.num_updates)
 
 
-@pytest.mark.parametrize("field, value", [("lr", 1e-3), ("gamma", 0.5), ("gae_lambda", 0.3),
-                                          ("clip_eps", 0.02), ("ent_coef", 0.5), ("vf_coef", 5.0),
-                                          ("max_grad_norm", 1e-6)])
-def test_traced_hyperparameters_act_like_the_config_fields(field, value):
-    # Every use of a traced field must read the traced value: training with `hparams.<field> = v`
-    # is training with a config whose <field> is v (reward normalisation on, so its gamma counts),
-    # and differs from training with the default (so the field is used at all).
+@pytest.fixture(scope="module")
+def one_update():
+    """One update's config (reward normalisation on, so its gamma counts), its jitted train, and
+    the params it ends with at its default hyperparameters, key 0."""
     base = PPOConfig(**{**SMALL, "total_timesteps": SMALL["num_envs"] * SMALL["num_steps"],
                         "hidden_sizes": (8,), "normalize_reward": True, "lr": 1e-2})
     train = make_train(base)
+    run = jax.jit(train)
+    return base, train, run, run(jax.random.key(0), train.default_hparams()).params
+
+
+@pytest.mark.parametrize("field, value", [("lr", 1e-3), ("gamma", 0.5), ("gae_lambda", 0.3),
+                                          ("clip_eps", 0.02), ("ent_coef", 0.5), ("vf_coef", 5.0),
+                                          ("max_grad_norm", 1e-6)])
+def test_traced_hyperparameters_act_like_the_config_fields(one_update, field, value):
+    # Every use of a traced field must read the traced value: training with `hparams.<field> = v`
+    # is training with a config whose <field> is v, and differs from training with the default
+    # (so the field is used at all).
+    base, train, run, default = one_update
     key = jax.random.key(0)
-    hp = train.default_hparams()
-    traced = jax.jit(train)(key, hp.replace(**{field: jnp.float32(value)})).params
+    traced = run(key, train.default_hparams().replace(**{field: jnp.float32(value)})).params
     static = jax.jit(make_train(base.replace(**{field: value})))(key).params
-    default = jax.jit(train)(key, hp).params
     chex.assert_trees_all_close(traced, static, rtol=1e-5, atol=1e-7)
     moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in
                 zip(jax.tree.leaves(traced), jax.tree.leaves(default), strict=True))
