@@ -459,6 +459,37 @@ def test_data_parallel_advantage_normalisation_matches_the_plain_agent_on_equal_
         np.testing.assert_allclose(b[1], a, rtol=1e-4, atol=1e-6)
 
 
+def test_data_parallel_advantage_normalisation_pools_unequal_shards():
+    # Shards holding different batches (advantages of mean 2, std 3 and of mean -1, std 0.5): one
+    # minibatch per epoch, so the data-parallel step is the plain agent's step on both batches
+    # together, normalised once with the pooled statistics (a shard renormalising with its own would
+    # show). Gradients are means over equal shards, so their mean is the pooled batch's gradient.
+    config = PPOConfig(**{**SMALL, "num_minibatches": 1, "update_epochs": 1})
+    plain, dp = make_train(config), make_train(config, axis_name="shards")
+    hp = plain.default_hparams()
+    state = plain.init(jax.random.key(0), hp)
+    rng = np.random.default_rng(0)
+    n = config.batch_size
+
+    def batch(adv_mean, adv_std):
+        return Batch(obs=jnp.asarray(rng.normal(0, 1, (n, 4)), jnp.float32),
+                     action=jnp.asarray(rng.integers(0, 2, n), jnp.int32),
+                     log_prob=jnp.full((n,), np.log(0.5), jnp.float32), value=jnp.zeros(n),
+                     advantage=jnp.asarray(rng.normal(adv_mean, adv_std, n), jnp.float32),
+                     target=jnp.asarray(rng.normal(0, 1, n), jnp.float32))
+
+    shards = (batch(2.0, 3.0), batch(-1.0, 0.5))
+    k = jax.random.key(1)
+    pooled = jax.tree.map(lambda *x: jnp.concatenate(x), *shards)
+    want = jax.jit(plain.learn)(state.params, state.opt_state, pooled, hp, k)[0]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *shards)
+    both = jax.vmap(dp.learn, in_axes=(None, None, 0, None, None), axis_name="shards")
+    got = jax.jit(both)(state.params, state.opt_state, stacked, hp, k)[0]
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        np.testing.assert_allclose(b[0], a, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(b[1], a, rtol=1e-4, atol=1e-6)
+
+
 def test_data_parallel_shards_share_normalizer_statistics():
     # Shards of one agent see different observations and rewards; the normalisers pool them, so the
     # shared network sees every shard's inputs scaled alike, and evaluate takes the agent's result.
