@@ -6,6 +6,7 @@ A checkpoint is a directory:
       meta.json   what was saved: the PPOConfig, the number of seeds, every leaf's path, shape and
                   dtype, and which leaves are PRNG keys (saved as their uint32 key data)
       arrays/     the leaves, written by orbax (`StandardCheckpointer`)
+      metrics.npz the per-update metrics up to the saved update, if given (for resumed runs)
 
 It holds the `RunnerState` (params, optimiser state, env states with their reset pool and keys,
 observation/reward normaliser statistics, the update counter) and the `Hyperparams` it trained
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import RunnerState, make_train
 
 FORMAT = "fusedrl-checkpoint-1"
+METRICS_FILE = "metrics.npz"
 
 
 class CheckpointError(ValueError):
@@ -63,7 +66,8 @@ def _flatten(tree) -> tuple[dict[str, np.ndarray], dict[str, str], dict[str, tup
 
 
 def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams, *,
-         num_seeds: int | None = None, extra: Mapping[str, Any] | None = None) -> Path:
+         num_seeds: int | None = None, extra: Mapping[str, Any] | None = None,
+         metrics: Mapping[str, Any] | None = None) -> Path:
     """Writes `state` and `hparams` of a run of `config` to the directory `path` (replaced).
 
     Args:
@@ -73,6 +77,8 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
       hparams: the run's `Hyperparams` (possibly with a seed axis).
       num_seeds: the size of the leading seed axis of a vmapped run, or None for a single run.
       extra: small JSON-serialisable facts to keep in meta.json.
+      metrics: the run's per-update metrics so far (`TrainResult.metrics`), kept in metrics.npz so
+        that a resumed run ends with the whole history (`restore_metrics`).
     """
     path = Path(path).absolute()
     tree = {"state": state, "hparams": hparams}
@@ -85,6 +91,7 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
         "leaves": {k: {"shape": list(s), "dtype": d} for k, (s, d) in specs.items()},
         "prng_keys": keys,
         "extra": dict(extra or {}),
+        "metrics": None if metrics is None else sorted(metrics),
     }
     import orbax.checkpoint as ocp
 
@@ -99,6 +106,8 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
         checkpointer.save(tmp / "arrays", arrays)
         checkpointer.wait_until_finished()
         checkpointer.close()
+        if metrics is not None:
+            np.savez(tmp / METRICS_FILE, **jax.device_get(dict(metrics)))
         (tmp / "meta.json").write_text(strict_json(meta, indent=1) + "\n", encoding="utf-8")
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
@@ -235,3 +244,20 @@ def restore(path: str | os.PathLike, config: PPOConfig | None = None):
         out.append(value)
     tree = jax.tree_util.tree_unflatten(treedef, out)
     return saved_config, tree["state"], tree["hparams"], meta
+
+
+def restore_metrics(path: str | os.PathLike) -> dict[str, np.ndarray] | None:
+    """The per-update metrics saved with a checkpoint (`save(..., metrics=...)`), or None if it
+    holds none."""
+    path = Path(path)
+    names = read_meta(path).get("metrics")
+    if names is None:
+        return None
+    try:
+        with np.load(path / METRICS_FILE, allow_pickle=False) as f:
+            metrics = {name: f[name] for name in f.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise CheckpointError(f"{path / METRICS_FILE} cannot be read ({type(e).__name__}: {e}).") from None
+    if sorted(metrics) != sorted(names):
+        raise CheckpointError(f"{path / METRICS_FILE} holds {sorted(metrics)}, but meta.json lists {names}.")
+    return metrics
