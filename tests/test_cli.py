@@ -908,9 +908,9 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
     def ctrl_c_as_training_starts(*args, **kwargs):
         train, run, seconds = compiled(*args, **kwargs)
 
-        def run_after_ctrl_c(keys, hparams):
+        def run_after_ctrl_c(keys, hparams, **kwargs):
             os.kill(os.getpid(), signal.SIGINT)
-            return run(keys, hparams)
+            return run(keys, hparams, **kwargs)
 
         return train, run_after_ctrl_c, seconds
 

@@ -37,6 +37,8 @@ examples:
   fusedrl train --env CartPole-v1 --num-seeds 8 --out runs/cp8
   fusedrl train --env Pendulum-v1 --set lr=1e-3 --set hidden_sizes=64,64 --set normalize_obs=true
   fusedrl train --config runs/cp8/config.json --out runs/cp8-again   (rerun a saved config)
+  fusedrl train --env gymnax:Breakout-MinAtar --checkpoint-every 100 --out runs/bo
+  fusedrl train --resume runs/bo          (continue it after Ctrl-C, from its latest checkpoint)
 
 --set takes any PPOConfig field (values are parsed with the field's type: ints, floats,
 true/false, comma-separated hidden_sizes) and env params as env_params.NAME=VALUE (or NAME=VALUE),
@@ -71,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="greedy evaluation episodes per seed after training (default 64)")
     t.add_argument("--progress-every", type=int, metavar="K",
                    help="updates between progress/log callbacks; 0 = none (default: about 50 per run)")
+    t.add_argument("--checkpoint-every", type=int, metavar="K",
+                   help="updates between checkpoints during training, for --resume (default 0: only "
+                        "the final checkpoint)")
+    t.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="continue an interrupted run from its latest checkpoint, as its config.json says")
     t.add_argument("--no-progress", action="store_true", help="no progress bar (metrics are still logged)")
     t.add_argument("--tensorboard", action="store_true",
                    help="also log to TensorBoard in <run folder>/tensorboard (needs tensorboardX)")
@@ -153,7 +160,8 @@ def resolve(args) -> tuple[PPOConfig, Any]:
         raise CLIError(f"invalid configuration: {e}") from None
 
     for name, value in (("num_seeds", args.num_seeds), ("seed", args.seed),
-                        ("eval_episodes", args.eval_episodes), ("progress_every", args.progress_every)):
+                        ("eval_episodes", args.eval_episodes), ("progress_every", args.progress_every),
+                        ("checkpoint_every", args.checkpoint_every)):
         if value is not None:
             run_opts[name] = value
     try:
@@ -174,12 +182,39 @@ def default_out(env_id: str, root: Path = Path("runs")) -> Path:
     return out
 
 
+# What --resume takes from the run folder instead: the options that would change the run.
+RESUME_CONFLICTS = (("env", "--env"), ("config", "--config"), ("overrides", "--set"),
+                    ("num_seeds", "--num-seeds"), ("seed", "--seed"),
+                    ("total_timesteps", "--total-timesteps"), ("out", "--out"), ("overwrite", "--overwrite"),
+                    ("eval_episodes", "--eval-episodes"), ("progress_every", "--progress-every"),
+                    ("checkpoint_every", "--checkpoint-every"))
+
+
+def resolve_resume(args) -> tuple[PPOConfig, Any]:
+    """The PPOConfig and RunOptions of the run folder `--resume` continues."""
+    from fusedrl.runs import load_run_config
+
+    given = [flag for name, flag in RESUME_CONFLICTS if getattr(args, name) not in (None, False, [])]
+    if given:
+        raise CLIError(f"--resume continues the run as its config.json describes; drop {', '.join(given)} "
+                       f"(to train differently, start a new run: --config {args.resume / 'config.json'} "
+                       f"--out NEW_DIR).")
+    try:
+        return load_run_config(args.resume)
+    except (OSError, ValueError) as e:
+        raise CLIError(str(e)) from None
+
+
 def cmd_train(args) -> int:
     from fusedrl.loggers import TensorBoardLogger, WandbLogger
-    from fusedrl.runs import RunFolderExists, config_document, train_run
+    from fusedrl.runs import ResumeError, RunFolderExists, config_document, resume_run, train_run
 
-    config, options = resolve(args)
-    out = args.out if args.out is not None else default_out(config.env_id)
+    if args.resume is not None:
+        config, options = resolve_resume(args)
+        out = args.resume
+    else:
+        config, options = resolve(args)
+        out = args.out if args.out is not None else default_out(config.env_id)
     loggers: list[Any] = []
     # Check the optional backends now (a missing package is a usage error, before any work), but
     # build them once the run folder exists: TensorBoard writes into it.
@@ -195,7 +230,9 @@ def cmd_train(args) -> int:
     except ImportError as e:
         raise CLIError(str(e)) from None
     source = preset_source(config.env_id)
-    if args.config is not None:
+    if args.resume is not None:
+        preset_note = "resumed"
+    elif args.config is not None:
         preset_note = "from --config"
     elif source is None:
         preset_note = "PPOConfig defaults (no preset)"
@@ -207,9 +244,12 @@ def cmd_train(args) -> int:
           f"{config.num_updates} updates of {config.num_envs} envs x {config.num_steps} steps -> {out}",
           file=sys.stderr)
     try:
-        run = train_run(config, out, options=options, overwrite=args.overwrite, progress=not args.no_progress,
-                        loggers=loggers)
-    except RunFolderExists as e:
+        if args.resume is not None:
+            run = resume_run(out, progress=not args.no_progress, loggers=loggers)
+        else:
+            run = train_run(config, out, options=options, overwrite=args.overwrite,
+                            progress=not args.no_progress, loggers=loggers)
+    except (RunFolderExists, ResumeError) as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
         folder = Path(out)
@@ -217,12 +257,26 @@ def cmd_train(args) -> int:
         kept = [f"{p.name}/" if p.is_dir() else p.name for p in files]
         print(f"\ninterrupted: {out} keeps {' '.join(kept) or 'nothing'}"
               f"{' (the metrics logged so far)' if 'metrics.csv' in kept else ''}.", file=sys.stderr)
+        update = _checkpoint_update(folder)
+        if update is not None:
+            print(f"its checkpoint holds update {update} of {config.num_updates}: continue with "
+                  f"`fusedrl train --resume {out}`", file=sys.stderr)
         return 130
     from fusedrl.runs import summary_table
 
     print(summary_table(run.summary))
     print(f"saved {out}/: config.json metrics.csv learning_curve.png checkpoint/ summary.json")
     return 0
+
+
+def _checkpoint_update(run_dir: Path) -> int | None:
+    """The update of an interrupted run's checkpoint, from its summary.json (None: none saved)."""
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("checkpoint_update")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 # -------------------------------------------------------------------------------- evaluate

@@ -176,14 +176,16 @@ class ProgressBar:
     """Live bar (rich) of updates, env steps, SPS and the latest mean return; a `Logger`.
 
     On a terminal it redraws in place; elsewhere (CI logs, pipes) it prints a plain line about
-    every 10% of the run.
+    every 10% of the run. A resumed run starts the bar at `start_update`, and its SPS counts only
+    the updates trained since.
     """
 
     def __init__(self, num_updates: int, batch_size: int, num_seeds: int, *, file=None,
-                 description: str = "training"):
+                 description: str = "training", start_update: int = 0):
         from rich.console import Console
 
         self.num_updates, self.batch_size, self.num_seeds = num_updates, batch_size, num_seeds
+        self.start_update = start_update
         self.console = Console(file=file or sys.stderr)
         self.start = time.perf_counter()
         self._next_plain = 0.1
@@ -200,19 +202,21 @@ class ProgressBar:
                 console=self.console,
                 transient=False,
             )
-            self._task = self._progress.add_task(description, total=num_updates, info="compiling")
+            self._task = self._progress.add_task(description, total=num_updates, completed=start_update,
+                                                 info="compiling")
             self._progress.start()
 
     def restart_clock(self) -> None:
         """Starts timing now (after compiling), for SPS and the elapsed-time column."""
         self.start = time.perf_counter()
         if self._progress is not None:
-            self._progress.reset(self._task, total=self.num_updates, info="running")
+            self._progress.reset(self._task, total=self.num_updates, completed=self.start_update,
+                                 info="running")
 
     def info(self, update: int, rows: Sequence[dict[str, float]]) -> str:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         steps = update * self.batch_size
-        sps = steps * self.num_seeds / elapsed
+        sps = (update - self.start_update) * self.batch_size * self.num_seeds / elapsed
         # Seeds before their first completed episode report 0.0 with episode_length 0: no return.
         known = [r["episode_return"] for r in rows if has_episode(r)]
         ret = f"{float(np.mean(known)):.1f}" if known else "n/a"

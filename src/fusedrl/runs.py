@@ -8,7 +8,9 @@ A run folder holds:
     config.json          the resolved PPOConfig and run options (`fusedrl train --config` reads it)
     metrics.csv          one row per update and seed (streamed during training, completed at the end)
     learning_curve.png   mean episode return with the per-seed band
-    checkpoint/          the final RunnerState of every seed (see fusedrl.checkpoint)
+    checkpoint/          the latest RunnerState of every seed (see fusedrl.checkpoint): the final
+                         one, and during training one every `checkpoint_every` updates, from which
+                         `resume_run` (`fusedrl train --resume DIR`) continues an interrupted run
     summary.json         greedy evaluation per seed, timings, status
 
 Every file is written to a temporary name and renamed, so a crash or Ctrl-C leaves complete files
@@ -53,6 +55,7 @@ from fusedrl.sweep import (
     _num_streams,
     compile_in_pieces,
     continue_in_pieces,
+    join_updates,
     run_shares,
     update_pieces,
 )
@@ -106,12 +109,17 @@ class RunOptions:
     seed: int = 0
     eval_episodes: int = 64
     progress_every: int | None = None  # updates between host callbacks; None: about 50 per run
+    checkpoint_every: int = 0  # updates between checkpoints during training; 0: only the final one
 
     def __post_init__(self):
         for name in ("num_seeds", "eval_episodes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}.")
+        ce = self.checkpoint_every
+        if not isinstance(ce, int) or isinstance(ce, bool) or ce < 0:
+            raise ValueError(f"checkpoint_every must be an int >= 0 (0: only the final checkpoint), "
+                             f"got {ce!r}.")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an int, got {self.seed!r}.")
         pe = self.progress_every
@@ -143,6 +151,12 @@ def check_supported(config: PPOConfig, options: RunOptions) -> None:
             f"env trains through the host bridge, one seed per run (its envs step on the host, so seeds "
             f"cannot be vmapped into one program). Train each seed as its own run (--seed S), or use "
             f"{jax_instead(config.env_id)} to train many at once."
+        )
+    if is_host_env_id(config.env_id) and options.checkpoint_every:
+        raise ValueError(
+            f"checkpoint_every (--checkpoint-every) must be 0 for {config.env_id}: a run through the host "
+            f"bridge cannot be resumed (its Gymnasium envs live on the host), so it saves only its final "
+            f"checkpoint."
         )
 
 
@@ -254,31 +268,60 @@ def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int):
     return train, jax.jit(init), jax.jit(advance, static_argnums=4)
 
 
+def checkpoint_segments(num_updates: int, checkpoint_every: int, start: int = 0) -> list[tuple[int, int]]:
+    """(first update, count) of the stretches of training from update `start` to `num_updates`,
+    cut at every multiple of `checkpoint_every` (0: not cut), where a checkpoint is saved."""
+    if not 0 <= start <= num_updates:
+        raise ValueError(f"start={start} must lie in [0, num_updates={num_updates}].")
+    every = checkpoint_every if checkpoint_every > 0 else num_updates + 1
+    bounds = sorted({start, num_updates, *range(start - start % every + every, num_updates, every)})
+    return [(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 _COMPILED: dict[tuple, Any] = {}
 
 
-def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None):
-    """(trainer, `run(keys [num_seeds], hparams) -> TrainResult`, seconds spent compiling now:
-    0.0 when reused). `run` splits the seeds over `streams` host threads (default `num_streams`),
-    each calling the same compiled programs on its consecutive share; with several shares, each
-    runs in pieces of updates (`fusedrl.sweep.update_pieces`), one execution per piece."""
+def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,
+              checkpoint_every: int = 0, start_update: int = 0):
+    """(trainer, `run(keys [num_seeds], hparams, states=None, on_checkpoint=None) -> TrainResult`,
+    seconds spent compiling now: 0.0 when reused).
+
+    `run` splits the seeds over `streams` host threads (default `num_streams`), each calling the
+    same compiled programs on its consecutive share. One share trained from the start without
+    checkpoints is one program; otherwise each share runs in pieces of updates
+    (`fusedrl.sweep.update_pieces`), one execution per piece, and all shares stop together at every
+    checkpoint (`checkpoint_segments`): `on_checkpoint(result so far)` is called there, with the
+    metrics from `start_update` on. `states` (leaves [num_seeds, ...]) continues a run at update
+    `start_update` (a restored checkpoint) instead of starting one from `keys`.
+
+    Pieces compile separately from the one-program run, so their results agree with it to float32
+    rounding, not bit for bit; the same pieces (a resumed run and the same run uninterrupted) agree
+    exactly.
+    """
     streams = num_streams(num_seeds) if streams is None else int(streams)
     if num_seeds % streams:
         raise ValueError(f"streams={streams} must divide num_seeds={num_seeds}.")
     per = num_seeds // streams
-    pieces = update_pieces(config.num_updates) if streams > 1 else None
-    cache_key = (config, per, callback_every, None if pieces is None else tuple(pieces))
+    segments = checkpoint_segments(config.num_updates, checkpoint_every, start_update)
+    whole = streams == 1 and len(segments) == 1 and start_update == 0
+    if whole:
+        plan = None
+    else:  # each segment in pieces: a share's pieces (several shares at once) or the segment itself
+        plan = [[(first + f, n) for f, n in update_pieces(count)] if streams > 1 else [(first, count)]
+                for first, count in segments]
+    cache_key = (config, per, callback_every, None if plan is None else tuple(map(tuple, plan)))
     seconds = 0.0
     if cache_key not in _COMPILED:
         keys = jax.ShapeDtypeStruct((per,), jax.random.key(0).dtype)
         t = time.perf_counter()
-        if pieces is None:  # one share: one program
+        if whole:
             train, jitted = _program(config, per, callback_every)
             compiled = jitted.lower(keys, train.default_hparams(), 0).compile()
-        else:  # several shares at once: each in pieces of updates, one execution per piece
+        else:
             train, init, advance = _pieces_program(config, per, callback_every)
             hparams = train.default_hparams()
             first_seed = jax.ShapeDtypeStruct((), np.int32)
+            pieces = [p for seg in plan for p in seg]
             compiled = compile_in_pieces(init, (keys, hparams), advance, (hparams, first_seed), pieces)
         seconds = time.perf_counter() - t
         if len(_COMPILED) >= 8:
@@ -286,22 +329,27 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
         _COMPILED[cache_key] = (train, compiled)
     train, compiled = _COMPILED[cache_key]
 
-    def run(keys, hparams) -> TrainResult:
-        if streams == 1:
+    def run(keys, hparams, states=None, on_checkpoint=None) -> TrainResult:
+        if whole:
+            if states is not None:
+                raise ValueError("states continue a run at start_update > 0; this program starts one.")
             return compiled(keys, hparams, 0)
+        if states is None and start_update:
+            raise ValueError(f"a run continued at update {start_update} needs the states to continue.")
         init, advance = compiled
 
-        def share(i):
+        def part(i, states, pieces):
             first_seed = np.int32(i * per)
-            return continue_in_pieces(
-                init(keys[i * per:(i + 1) * per], hparams),
-                lambda states, first, n: advance[n](states, hparams, first_seed, np.int32(first)),
-                pieces,
-            )
-
-        def part(i):
+            if states is None:
+                share = init(keys[i * per:(i + 1) * per], hparams)
+            else:
+                share = jax.tree.map(lambda x: x[i * per:(i + 1) * per], states)
             try:
-                return jax.block_until_ready(share(i))
+                return jax.block_until_ready(continue_in_pieces(
+                    share,
+                    lambda states, first, n: advance[n](states, hparams, first_seed, np.int32(first)),
+                    pieces,
+                ))
             except BaseException as e:
                 # Ctrl-C (or a KeyboardInterrupt from a logger) in one share: the others stop at
                 # their next callback. Other errors are left to surface as themselves.
@@ -309,7 +357,20 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
                     dispatch.monitor.stop_requested = True
                 raise
 
-        return run_shares(part, streams, "fusedrl-run")
+        metrics, result = [], None
+        for j, pieces in enumerate(plan):
+            if streams == 1:
+                result = part(0, states, pieces)
+            else:
+                result = run_shares(functools.partial(part, states=states, pieces=pieces), streams,
+                                    "fusedrl-run")
+            states = result.state
+            metrics.append(result.metrics)
+            if on_checkpoint is not None and j + 1 < len(plan):
+                on_checkpoint(result.replace(metrics=join_updates(metrics)))
+        if result is None:  # nothing left to train
+            return TrainResult(state=states, metrics={}, hparams=hparams)
+        return result.replace(metrics=join_updates(metrics))
 
     return train, run, seconds
 
@@ -343,7 +404,8 @@ def train_run(
     Args:
       config: the PPOConfig (e.g. `fusedrl.preset("CartPole-v1")`).
       out: the run folder, or None to keep everything in memory.
-      options: seeds, evaluation episodes, progress interval; or pass them as keywords.
+      options: seeds, evaluation episodes, progress interval, checkpoint interval; or pass them
+        as keywords.
       overwrite: replace an existing run folder (otherwise it is refused before any work).
       progress: show the live progress bar (needs `options.progress_every != 0`).
       loggers: extra loggers (`log(update, rows)`, `close()`) fed by the progress callback, or
@@ -353,9 +415,12 @@ def train_run(
     A "gymnasium:" env id trains through the host bridge (`fusedrl.bridge`): one seed per run
     (`num_seeds=1`), compile time counted in the training time.
 
+    With `checkpoint_every=K`, the folder's checkpoint is replaced every K updates during training
+    (all seeds stop together to save it), so an interrupted run can continue with `resume_run`.
+
     Raises:
       KeyboardInterrupt: after Ctrl-C, once the folder holds the config, the metrics logged so
-        far and a summary marked "interrupted".
+        far, the latest checkpoint if any, and a summary marked "interrupted".
       Exception: any other error, re-raised once summary.json says status "failed" with the
         error's type and message.
     """
@@ -364,14 +429,86 @@ def train_run(
     options = options or RunOptions(**option_kwargs)
     fusedrl.make(config.env_id, **config.env_params)  # unknown env: fail before any work
     check_supported(config, options)
-    bridge = is_host_env_id(config.env_id)
     path = prepare_folder(out, overwrite=overwrite) if out is not None else None
     if path is not None:
         write_json(path / CONFIG_FILE, config_document(config, options))
+    return _train(config, options, path, progress=progress, loggers=loggers, progress_file=progress_file)
 
+
+class ResumeError(ValueError):
+    """A run folder that cannot be resumed; the message says why and what to do instead."""
+
+
+@dataclasses.dataclass
+class _Resumed:
+    """Where a resumed run starts: the restored states [num_seeds, ...] at update `update`, and
+    the metrics [num_seeds, update] of the updates before it."""
+
+    state: Any
+    hparams: Any
+    metrics: dict[str, np.ndarray]
+    update: int
+
+
+def resume_run(
+    run_dir: str | os.PathLike,
+    *,
+    progress: bool = True,
+    loggers: Sequence[Any] = (),
+    progress_file=None,
+) -> Run:
+    """Continues an unfinished run (interrupted, or failed in a logger) from the latest checkpoint in
+    its folder, to the end of the run its config.json describes, then saves and evaluates it as
+    `train_run` does. The run's checkpoints come every `checkpoint_every` updates
+    (`fusedrl train --checkpoint-every K`); it continues exactly as the same run uninterrupted
+    would have, bit for bit, on a machine with as many cores (`num_streams` splits the seeds over
+    them, which decides the programs).
+
+    Raises:
+      ResumeError: the run has finished, or has no checkpoint (it stopped before the first), or
+        the checkpoint does not hold the metrics of the updates before it.
+    """
+    path = Path(run_dir)
+    config, options = load_run_config(path)
+    check_supported(config, options)
+    summary_file = path / SUMMARY_FILE
+    previous = json.loads(summary_file.read_text(encoding="utf-8")) if summary_file.is_file() else {}
+    if previous.get("status") == "finished":
+        raise ResumeError(f"{path} has finished (summary.json says so): there is nothing to resume.")
+    restart = f"start it again with `fusedrl train --config {path / CONFIG_FILE} --out {path} --overwrite`"
+    if not (path / CHECKPOINT_DIR).exists():
+        every = options.checkpoint_every
+        when = (f"before its first checkpoint (checkpoint_every={every} updates)" if every else
+                "without checkpoints during training (checkpoint_every=0)")
+        raise ResumeError(f"{path} has no checkpoint to resume from: the run stopped {when}; {restart}.")
+    _, state, hparams, meta = ckpt.restore(path / CHECKPOINT_DIR, config)
+    if meta.get("num_seeds") != options.num_seeds:
+        raise ResumeError(f"{path / CHECKPOINT_DIR} holds {meta.get('num_seeds')} seed(s) but config.json "
+                          f"says num_seeds={options.num_seeds}; {restart}.")
+    update = np.asarray(state.update)
+    metrics = ckpt.restore_metrics(path / CHECKPOINT_DIR)
+    start = int(update[0])
+    shape = (options.num_seeds, start)
+    if metrics is None or np.any(update != start) or any(np.shape(v) != shape for v in metrics.values()):
+        raise ResumeError(f"{path / CHECKPOINT_DIR} does not hold the metrics of the {start} updates before "
+                          f"it (it was written by an older fusedrl or is damaged); {restart}.")
+    # The file ends with the checkpoint: rows the interrupted run logged after it are trained again.
+    write_atomic(path / METRICS_FILE, format_rows(metrics_to_rows(metrics), header=True))
+    return _train(config, options, path, progress=progress, loggers=loggers, progress_file=progress_file,
+                  resumed=_Resumed(state, hparams, metrics, start))
+
+
+def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progress: bool,
+           loggers: Sequence[Any], progress_file, resumed: _Resumed | None = None) -> Run:
+    """`train_run`'s work once the folder holds config.json: train (from `resumed` if given),
+    save, evaluate, write the summary."""
+    bridge = is_host_env_id(config.env_id)
+    start = 0 if resumed is None else resumed.update
     every = options.callback_every(config)
     summary: dict[str, Any] = {"env_id": config.env_id, "num_seeds": options.num_seeds,
                                "seed": options.seed, "status": "running"}
+    if resumed is not None:
+        summary["resumed_at_update"] = start
     sinks: list[Any] = []
     bar = None
     try:
@@ -381,7 +518,8 @@ def train_run(
         for lg in loggers:  # one at a time: those built before a failing one are closed
             sinks.append(lg if hasattr(lg, "log") else lg(path))
         if every and progress:
-            bar = ProgressBar(config.num_updates, config.batch_size, options.num_seeds, file=progress_file)
+            bar = ProgressBar(config.num_updates, config.batch_size, options.num_seeds, file=progress_file,
+                              start_update=start)
             sinks.append(bar)
     except BaseException as e:  # a logger that fails to start (e.g. wandb.init): close the others
         _close(sinks)
@@ -391,7 +529,16 @@ def train_run(
                                              "updates_logged": 0, "error": _error(e)})
         raise
     monitor = Monitor(options.num_seeds, config.batch_size, sinks)
+    monitor.last_update = start
     keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
+
+    def save_checkpoint(result: TrainResult) -> None:  # the checkpoints during training
+        metrics = result.metrics if resumed is None else join_updates([resumed.metrics, result.metrics])
+        update = int(metrics["env_steps"].shape[1])
+        ckpt.save(path / CHECKPOINT_DIR, config, result.state, result.hparams, num_seeds=options.num_seeds,
+                  extra={"seed": options.seed, "update": update}, metrics=metrics)
+        summary["checkpoint_update"] = update
+        write_json(path / SUMMARY_FILE, summary)
     try:
         if bridge:
             summary["mode"] = "bridge"
@@ -400,22 +547,32 @@ def train_run(
                 bar.restart_clock()
             t = time.perf_counter()
             result = _train_bridge(config, keys[0], every, monitor)
+        elif start == config.num_updates:  # resumed after its last update: nothing left to train
+            compile_s, t = 0.0, time.perf_counter()
+            result = TrainResult(state=resumed.state, metrics=resumed.metrics, hparams=resumed.hparams)
         else:
             _status(progress_file, progress, "compiling ...")
             streams = num_streams(options.num_seeds)
             summary["streams"] = streams
-            train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams)
+            train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams,
+                                                    checkpoint_every=options.checkpoint_every,
+                                                    start_update=start)
             hparams = train.default_hparams()
             if bar is not None:
                 bar.restart_clock()
             t = time.perf_counter()
             with dispatch.active(monitor), _stop_guard(monitor, every, config.num_updates):
                 try:
-                    result = jax.block_until_ready(run_seeds(keys, hparams))
+                    result = jax.block_until_ready(run_seeds(
+                        keys, hparams, states=None if resumed is None else resumed.state,
+                        on_checkpoint=None if path is None else save_checkpoint,
+                    ))
                 except Exception as e:
                     if is_interrupt(e, monitor):
                         raise KeyboardInterrupt from None
                     raise
+            if resumed is not None:
+                result = result.replace(metrics=join_updates([resumed.metrics, result.metrics]))
         run_s = time.perf_counter() - t
         if every and monitor.last_update < config.num_updates:
             # Callbacks come every `every` updates; the bar and the loggers still end on the last.
@@ -437,13 +594,13 @@ def train_run(
     finally:
         _close(sinks)
 
-    env_steps = config.env_steps * options.num_seeds
+    env_steps = (config.num_updates - start) * config.batch_size * options.num_seeds  # trained here
     summary.update(
         num_updates=config.num_updates,
         env_steps_per_seed=config.env_steps,
         compile_seconds=None if compile_s is None else round(compile_s, 3),
         train_seconds=round(run_s, 3),
-        sps=round(env_steps / run_s, 1),
+        sps=round(env_steps / run_s, 1) if env_steps else None,
         progress_every=every,
     )
     try:
@@ -454,7 +611,9 @@ def train_run(
             rows = metrics_to_rows(jax.device_get(result.metrics))
             write_atomic(path / METRICS_FILE, format_rows(rows, header=True))
             ckpt.save(path / CHECKPOINT_DIR, config, result.state, result.hparams,
-                      num_seeds=options.num_seeds, extra={"seed": options.seed})
+                      num_seeds=options.num_seeds, extra={"seed": options.seed, "update": config.num_updates},
+                      metrics=result.metrics)
+            summary["checkpoint_update"] = config.num_updates
         summary["status"] = "evaluating"
         t = time.perf_counter()
         returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes)
@@ -596,6 +755,11 @@ def summary_table(summary: Mapping[str, Any]) -> str:
                  f"   ({summary['eval_episodes']} greedy episodes per seed)")
     compile_s = summary["compile_seconds"]
     compile_text = "(compile included in train)" if compile_s is None else f"compile {compile_s:.1f} s"
-    lines.append(f"  {compile_text}   train {summary['train_seconds']:.1f} s   "
-                 f"{summary['sps']:,.0f} env steps/s (all seeds)")
+    resumed = summary.get("resumed_at_update")
+    if summary["sps"] is None:
+        lines.append(f"  resumed after update {resumed}, the last: nothing left to train")
+    else:
+        since = "" if resumed is None else f", updates {resumed + 1}-{summary['num_updates']}"
+        lines.append(f"  {compile_text}   train {summary['train_seconds']:.1f} s   "
+                     f"{summary['sps']:,.0f} env steps/s (all seeds{since})")
     return "\n".join(lines)

@@ -836,7 +836,12 @@ def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, in
         out = advance(states, first, n)
         states = out.state
         metrics.append(out.metrics)
-    return out.replace(metrics={k: jnp.concatenate([m[k] for m in metrics], axis=1) for k in metrics[0]})
+    return out.replace(metrics=join_updates(metrics))
+
+
+def join_updates(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per-update metrics [runs, U_i] of consecutive stretches of updates, joined along axis 1."""
+    return {k: jnp.concatenate([m[k] for m in metrics], axis=1) for k in metrics[0]}
 
 
 def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,

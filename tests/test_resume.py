@@ -1,0 +1,266 @@
+"""Checkpoints during training (`checkpoint_every`) and resuming an interrupted run from them
+(`fusedrl.runs.resume_run`, `fusedrl train --resume`)."""
+
+import contextlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from fusedrl import checkpoint as ckpt
+from fusedrl import cli, runs
+from fusedrl.loggers import CSVLogger
+from fusedrl.progress import ProgressBar
+from fusedrl.train import preset
+
+# 10 updates, checkpoints after updates 3, 6 and 9, progress every 2 updates.
+TINY = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 10, update_epochs=2, num_minibatches=2,
+            hidden_sizes=(16,))
+OPTIONS = dict(eval_episodes=4, progress_every=2, checkpoint_every=3)
+
+
+def config():
+    return preset("CartPole-v1", **TINY)
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def arrays(tree):
+    """Leaves as NumPy arrays, PRNG keys as their key data."""
+    def data(x):
+        return jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+    return [np.asarray(data(x)) for x in jax.tree.leaves(tree)]
+
+
+def interrupt_at(monkeypatch, update):
+    """Ctrl-C from inside the jitted run once the CSV logger has written `update`'s rows."""
+    original = CSVLogger.log
+
+    def log_then_interrupt(self, u, rows):
+        original(self, u, rows)
+        if u == update:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    return original
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The runs the resumed ones must equal: 1 seed and 2 seeds (one host thread each on 2 cores)."""
+    root = tmp_path_factory.mktemp("full")
+    return {n: runs.train_run(config(), root / f"seeds{n}", num_seeds=n, progress_file=io.StringIO(),
+                              **OPTIONS)
+            for n in (1, 2)}
+
+
+def test_checkpoint_segments():
+    assert runs.checkpoint_segments(10, 3) == [(0, 3), (3, 3), (6, 3), (9, 1)]
+    assert runs.checkpoint_segments(10, 3, start=6) == [(6, 3), (9, 1)]
+    assert runs.checkpoint_segments(10, 5, start=7) == [(7, 3)]
+    assert runs.checkpoint_segments(20, 5, start=7) == [(7, 3), (10, 5), (15, 5)]  # at multiples of 5
+    assert runs.checkpoint_segments(10, 0) == [(0, 10)]
+    assert runs.checkpoint_segments(10, 10) == [(0, 10)]
+    assert runs.checkpoint_segments(10, 20, start=4) == [(4, 6)]
+    assert runs.checkpoint_segments(10, 3, start=10) == []
+    with pytest.raises(ValueError, match="start=11"):
+        runs.checkpoint_segments(10, 3, start=11)
+
+
+@pytest.mark.parametrize("num_seeds", [1, 2])
+def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_path, num_seeds):
+    full = uninterrupted[num_seeds]
+    run_dir = tmp_path / "run"
+    original = interrupt_at(monkeypatch, 8)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), run_dir, num_seeds=num_seeds, progress_file=io.StringIO(), **OPTIONS)
+    monkeypatch.setattr(CSVLogger, "log", original)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpoint_update"] == 6
+    _, state, _, meta = ckpt.restore(run_dir / "checkpoint", config())
+    assert meta["num_seeds"] == num_seeds and meta["extra"] == {"seed": 0, "update": 6}
+    np.testing.assert_array_equal(state.update, 6)
+    saved = ckpt.restore_metrics(run_dir / "checkpoint")
+    for name, value in full.result.metrics.items():  # the first 6 updates' metrics, exactly
+        np.testing.assert_array_equal(saved[name], np.asarray(value)[:, :6], err_msg=name)
+
+    run = runs.resume_run(run_dir, progress_file=io.StringIO())
+    for a, b in zip(arrays(full.result.state), arrays(run.result.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for name, value in full.result.metrics.items():
+        np.testing.assert_array_equal(run.result.metrics[name], value, err_msg=name)
+    for name in ("metrics.csv", "config.json"):
+        assert (run_dir / name).read_text() == (full.path / name).read_text(), name
+    assert run.summary["status"] == "finished" and run.summary["resumed_at_update"] == 6
+    assert run.summary["checkpoint_update"] == full.summary["checkpoint_update"] == 10
+    assert run.summary["eval_return_per_seed"] == full.summary["eval_return_per_seed"]
+    trained = 4 * config().batch_size * num_seeds  # env steps of updates 7-10, all seeds
+    assert run.summary["sps"] == pytest.approx(trained / run.summary["train_seconds"], rel=0.01)
+    assert "updates 7-10)" in runs.summary_table(run.summary)
+    assert ckpt.read_meta(run_dir / "checkpoint")["extra"]["update"] == 10
+    with pytest.raises(runs.ResumeError, match="has finished"):
+        runs.resume_run(run_dir, progress_file=io.StringIO())
+
+
+def test_the_cli_resumes_in_a_new_process(uninterrupted, monkeypatch, tmp_path):
+    """Interrupted through the CLI, which says how to resume; resumed by `fusedrl train --resume` in
+    another process (which compiles the programs anew): the same agents, bit for bit."""
+    full = uninterrupted[2]
+    run_dir = tmp_path / "run"
+    interrupt_at(monkeypatch, 8)
+    code, _, err = run_cli("train", "--env", "CartPole-v1", "--total-timesteps", 640, "--set", "num_envs=4",
+                           "--set", "num_steps=16", "--set", "update_epochs=2", "--set", "num_minibatches=2",
+                           "--set", "hidden_sizes=16", "--num-seeds", 2, "--eval-episodes", 4,
+                           "--progress-every", 2, "--checkpoint-every", 3, "--out", run_dir)
+    assert code == 130
+    assert f"its checkpoint holds update 6 of 10: continue with `fusedrl train --resume {run_dir}`" in err
+    assert (run_dir / "config.json").read_text() == (full.path / "config.json").read_text()
+    done = subprocess.run([sys.executable, "-m", "fusedrl.cli", "train", "--resume", str(run_dir),
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "updates 7-10)" in done.stdout
+    _, state, _, _ = ckpt.restore(run_dir / "checkpoint", config())
+    for a, b in zip(arrays(full.result.state), arrays(state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert (run_dir / "metrics.csv").read_text() == (full.path / "metrics.csv").read_text()
+
+
+def test_checkpoints_do_not_change_the_training_beyond_rounding(uninterrupted, tmp_path):
+    """Checkpoints cut the run into programs compiled apart from the one-program run: the same
+    training to float32 rounding. The run without them keeps only its final checkpoint."""
+    full = uninterrupted[2]
+    plain = runs.train_run(config(), tmp_path / "plain", num_seeds=2, progress_file=io.StringIO(),
+                           **{**OPTIONS, "checkpoint_every": 0})
+    for name, value in plain.result.metrics.items():
+        np.testing.assert_allclose(full.result.metrics[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    for a, b in zip(jax.tree.leaves(full.result.params), jax.tree.leaves(plain.result.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert ckpt.read_meta(tmp_path / "plain" / "checkpoint")["extra"]["update"] == 10
+
+
+def test_a_run_without_a_checkpoint_cannot_resume(monkeypatch, tmp_path):
+    interrupt_at(monkeypatch, 2)  # before the first checkpoint (update 3)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), tmp_path / "early", num_seeds=1, progress_file=io.StringIO(), **OPTIONS)
+    restart = r"fusedrl train --config .*config.json --out .*early --overwrite"
+    with pytest.raises(runs.ResumeError,
+                       match=r"before its first checkpoint \(checkpoint_every=3 updates\).*" + restart):
+        runs.resume_run(tmp_path / "early", progress_file=io.StringIO())
+    interrupt_at(monkeypatch, 4)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), tmp_path / "none", num_seeds=1, progress_file=io.StringIO(),
+                       **{**OPTIONS, "checkpoint_every": 0})
+    with pytest.raises(runs.ResumeError, match=r"without checkpoints during training \(checkpoint_every=0\)"):
+        runs.resume_run(tmp_path / "none", progress_file=io.StringIO())
+
+
+def test_resume_refuses_a_checkpoint_without_its_metrics(uninterrupted, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(uninterrupted[1].path, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    meta = json.loads((run_dir / "checkpoint" / "meta.json").read_text())
+    (run_dir / "checkpoint" / "meta.json").write_text(json.dumps({**meta, "metrics": None}))
+    with pytest.raises(runs.ResumeError, match="does not hold the metrics of the 10 updates before it"):
+        runs.resume_run(run_dir, progress_file=io.StringIO())
+    doc = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "num_seeds": 2}}))
+    with pytest.raises(runs.ResumeError, match="holds 1 seed.* says num_seeds=2"):
+        runs.resume_run(run_dir, progress_file=io.StringIO())
+
+
+def test_a_run_stopped_after_its_last_update_only_saves_and_evaluates(uninterrupted, tmp_path):
+    full = uninterrupted[1]
+    run_dir = tmp_path / "run"
+    shutil.copytree(full.path, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    run = runs.resume_run(run_dir, progress_file=io.StringIO())
+    assert run.summary["status"] == "finished" and run.summary["sps"] is None
+    assert run.summary["eval_return_per_seed"] == full.summary["eval_return_per_seed"]
+    assert "resumed after update 10, the last: nothing left to train" in runs.summary_table(run.summary)
+    assert (run_dir / "metrics.csv").read_text() == (full.path / "metrics.csv").read_text()
+
+
+def test_a_resumed_run_interrupted_again_keeps_its_place(monkeypatch, tmp_path):
+    """Ctrl-C during a checkpoint's save, in a run without progress callbacks: the checkpoint
+    before it stays. Resumed, and interrupted again at its second checkpoint: the checkpoint
+    between holds every update's metrics, those before the resume too, and the resumed run reports
+    the updates it had already."""
+    saves, original = [], ckpt.save
+    stop_at = 6
+
+    def save_or_interrupt(*args, **kwargs):
+        saves.append(kwargs["extra"]["update"])
+        if kwargs["extra"]["update"] == stop_at:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save", save_or_interrupt)
+    run_dir = tmp_path / "run"
+    options = {**OPTIONS, "progress_every": 0}
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), run_dir, num_seeds=1, progress_file=io.StringIO(), **options)
+    assert saves == [3, 6]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpoint_update"] == 3
+    assert summary["updates_logged"] == 0 and not (run_dir / "metrics.csv").exists()
+    first = ckpt.restore_metrics(run_dir / "checkpoint")
+
+    stop_at = 9
+    with pytest.raises(KeyboardInterrupt):
+        runs.resume_run(run_dir, progress_file=io.StringIO())
+    assert saves == [3, 6, 6, 9]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_at_update"] == 3 and summary["checkpoint_update"] == 6
+    assert summary["updates_logged"] == 3
+    saved = ckpt.restore_metrics(run_dir / "checkpoint")
+    for name, value in first.items():
+        assert saved[name].shape == (1, 6), name
+        np.testing.assert_array_equal(saved[name][:, :3], value, err_msg=name)
+    # metrics.csv: the resume wrote the rows of the updates before it (none were logged).
+    rows = (run_dir / "metrics.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == [1, 2, 3]
+    stop_at = None  # resumed again, to the end: the last stretch saves only the final checkpoint
+    run = runs.resume_run(run_dir, progress_file=io.StringIO())
+    assert saves == [3, 6, 6, 9, 9, 10] and run.summary["resumed_at_update"] == 6
+    assert ckpt.restore_metrics(run_dir / "checkpoint")["env_steps"].shape == (1, 10)
+
+
+def test_checkpoint_option_errors(tmp_path):
+    with pytest.raises(ValueError, match="checkpoint_every must be an int >= 0"):
+        runs.RunOptions(checkpoint_every=-1)
+    with pytest.raises(ValueError, match="checkpoint_every must be an int >= 0"):
+        runs.RunOptions(checkpoint_every=True)
+    with pytest.raises(ValueError, match=r"checkpoint_every \(--checkpoint-every\) must be 0 for "
+                                         r"gymnasium:CartPole-v1"):
+        runs.check_supported(preset("CartPole-v1").replace(env_id="gymnasium:CartPole-v1"),
+                             runs.RunOptions(checkpoint_every=5))
+    code, _, err = run_cli("train", "--resume", tmp_path, "--set", "lr=1e-3", "--seed", 3)
+    assert code == 2 and "drop --set, --seed" in err and "--out NEW_DIR" in err
+    code, _, err = run_cli("train", "--resume", tmp_path / "nothing")
+    assert code == 2 and "config.json is missing" in err
+    code, _, err = run_cli("train", "--env", "CartPole-v1", "--checkpoint-every", -2, "--out", tmp_path / "x")
+    assert code == 2 and "checkpoint_every must be an int >= 0" in err and not (tmp_path / "x").exists()
+
+
+def test_a_resumed_progress_bar_starts_where_the_run_stopped():
+    out = io.StringIO()
+    bar = ProgressBar(10, 100, 2, file=out, start_update=6)
+    bar.start -= 2.0  # 2 s since the start: 4 updates x 100 steps x 2 seeds in 2 s
+    assert "1k steps x2  400 SPS" in bar.info(10, [{"episode_return": 5.0, "episode_length": 5}] * 2)
+    for update in (7, 8, 9, 10):
+        bar.log(update, [{"episode_return": 5.0, "episode_length": 5}] * 2)
+    # Plain lines every 10% of the run, from where it resumed.
+    assert [line.split()[1] for line in out.getvalue().splitlines()] == ["7/10", "8/10", "9/10", "10/10"]
