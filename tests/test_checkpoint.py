@@ -218,3 +218,25 @@ def test_other_key_kinds_save_and_restore(make_key, tmp_path):
         typed = jax.jit(train.init)(jax.random.key(5))
         for name, value in _leaves(typed).items():
             np.testing.assert_array_equal(_leaves(state)[name], value, err_msg=name)
+
+
+def test_metrics_saved_with_a_checkpoint(runs, tmp_path):
+    config, _, half, path = runs
+    assert ckpt.restore_metrics(path) is None  # saved without metrics
+    saved = ckpt.save(tmp_path / "with", config, half.state, half.hparams, metrics=half.metrics)
+    metrics = ckpt.restore_metrics(saved)
+    assert sorted(metrics) == sorted(half.metrics)
+    for name, value in half.metrics.items():
+        np.testing.assert_array_equal(metrics[name], value, err_msg=name)
+    missing = tmp_path / "missing"
+    shutil.copytree(saved, missing)
+    (missing / "metrics.npz").unlink()
+    with pytest.raises(ckpt.CheckpointError, match=r"metrics\.npz cannot be read \(FileNotFoundError"):
+        ckpt.restore_metrics(missing)
+    (missing / "metrics.npz").write_bytes(b"PK\x03\x04 not a zip file")
+    with pytest.raises(ckpt.CheckpointError, match=r"metrics\.npz cannot be read"):
+        ckpt.restore_metrics(missing)
+    other = _copy_with_meta(saved, tmp_path / "other", lambda m: m.update(metrics=["entropy"]))
+    lists = r"holds \[.*'approx_kl'.*\], but meta.json lists \['entropy'\]"
+    with pytest.raises(ckpt.CheckpointError, match=lists):
+        ckpt.restore_metrics(other)

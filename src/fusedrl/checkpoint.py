@@ -254,7 +254,8 @@ def restore_metrics(path: str | os.PathLike) -> dict[str, np.ndarray] | None:
     if names is None:
         return None
     try:
-        with np.load(path / METRICS_FILE, allow_pickle=False) as f:
+        # np.load leaves a file it opened itself open when the zip is damaged: open it here.
+        with open(path / METRICS_FILE, "rb") as fh, np.load(fh, allow_pickle=False) as f:
             metrics = {name: f[name] for name in f.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise CheckpointError(f"{path / METRICS_FILE} cannot be read ({type(e).__name__}: {e}).") from None
