@@ -257,6 +257,18 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     code, out, err = _cli("evaluate", run_dir)
     assert code == 0, err
     assert f"mean      {summary['eval_return_mean']:10.1f}" in out, (summary, out)
+    # Stopped while evaluating: --resume evaluates the saved agent, and trains nothing again.
+    from fusedrl import runs
+
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runs, "_train_bridge", None)  # calling it would fail
+        code, out, err = _cli("train", "--resume", run_dir, "--no-progress")
+    assert code == 0, err
+    assert "resumed after update 3, the last: nothing left to train" in out
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["status"] == "finished" and resumed["resumed_at_update"] == 3
+    assert resumed["eval_return_per_seed"] == summary["eval_return_per_seed"]
     # The saved policy takes the Gymnasium env's observations and returns what its step takes,
     # normalised with the run's statistics as the bridge's own evaluation does.
     from fusedrl import checkpoint, policy

@@ -264,3 +264,12 @@ def test_a_resumed_progress_bar_starts_where_the_run_stopped():
         bar.log(update, [{"episode_return": 5.0, "episode_length": 5}] * 2)
     # Plain lines every 10% of the run, from where it resumed.
     assert [line.split()[1] for line in out.getvalue().splitlines()] == ["7/10", "8/10", "9/10", "10/10"]
+
+
+def test_resume_of_a_damaged_folder_is_a_usage_error(uninterrupted, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(uninterrupted[1].path, run_dir)
+    (run_dir / "summary.json").write_text("{not json")  # unreadable: no reason to refuse
+    (run_dir / "checkpoint" / "meta.json").write_text("{not json either")
+    code, _, err = run_cli("train", "--resume", run_dir)
+    assert code == 2 and "checkpoint/meta.json is corrupt" in err, err

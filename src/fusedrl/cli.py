@@ -206,6 +206,7 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
 
 
 def cmd_train(args) -> int:
+    from fusedrl.checkpoint import CheckpointError
     from fusedrl.loggers import TensorBoardLogger, WandbLogger
     from fusedrl.runs import ResumeError, RunFolderExists, config_document, resume_run, train_run
 
@@ -249,7 +250,7 @@ def cmd_train(args) -> int:
         else:
             run = train_run(config, out, options=options, overwrite=args.overwrite,
                             progress=not args.no_progress, loggers=loggers)
-    except (RunFolderExists, ResumeError) as e:
+    except (RunFolderExists, ResumeError, CheckpointError) as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
         folder = Path(out)

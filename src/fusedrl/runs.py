@@ -472,8 +472,11 @@ def resume_run(
     config, options = load_run_config(path)
     check_supported(config, options)
     summary_file = path / SUMMARY_FILE
-    previous = json.loads(summary_file.read_text(encoding="utf-8")) if summary_file.is_file() else {}
-    if previous.get("status") == "finished":
+    try:
+        previous = json.loads(summary_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or unreadable: it is written again at the end
+        previous = {}
+    if isinstance(previous, dict) and previous.get("status") == "finished":
         raise ResumeError(f"{path} has finished (summary.json says so): there is nothing to resume.")
     restart = f"start it again with `fusedrl train --config {path / CONFIG_FILE} --out {path} --overwrite`"
     if not (path / CHECKPOINT_DIR).exists():
@@ -540,16 +543,16 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
         summary["checkpoint_update"] = update
         write_json(path / SUMMARY_FILE, summary)
     try:
-        if bridge:
+        if start == config.num_updates:  # resumed after its last update: nothing left to train
+            compile_s, t = 0.0, time.perf_counter()
+            result = TrainResult(state=resumed.state, metrics=resumed.metrics, hparams=resumed.hparams)
+        elif bridge:
             summary["mode"] = "bridge"
             compile_s = None  # the bridge compiles during its first update: part of train_seconds
             if bar is not None:
                 bar.restart_clock()
             t = time.perf_counter()
             result = _train_bridge(config, keys[0], every, monitor)
-        elif start == config.num_updates:  # resumed after its last update: nothing left to train
-            compile_s, t = 0.0, time.perf_counter()
-            result = TrainResult(state=resumed.state, metrics=resumed.metrics, hparams=resumed.hparams)
         else:
             _status(progress_file, progress, "compiling ...")
             streams = num_streams(options.num_seeds)
