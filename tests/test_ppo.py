@@ -849,3 +849,38 @@ def test_trains_in_float32_with_jax_enable_x64():
     env = {**os.environ, "JAX_ENABLE_X64": "1"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.split() == ["ok", "True"], out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("num_envs", [4, 512])  # both shuffle paths: in the epoch, one epoch ahead
+def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
+    """The keys of every update's rollout and of every epoch's shuffle are all different: a key
+    carried to the next update that had already drawn a permutation would correlate the next
+    rollout's actions and resets with the last update's minibatches."""
+    from fusedrl.train import ppo
+
+    used = []
+
+    def record(kind, key):
+        data = jax.random.key_data(key)
+        jax.debug.callback(lambda d: used.append((kind, tuple(np.asarray(d).ravel().tolist()))), data)
+
+    original = ppo.permutations
+
+    def recorded_permutations(key, *args):
+        record("shuffle", key)
+        return original(key, *args)
+
+    class Recorded(ppo.PPO):
+        def rollout(self, state, hparams, venv, key):
+            record("rollout", key)
+            return super().rollout(state, hparams, venv, key)
+
+    monkeypatch.setattr(ppo, "permutations", recorded_permutations)
+    config = PPOConfig(**{**SMALL, "update_epochs": 3, "num_envs": num_envs,
+                          "total_timesteps": num_envs * SMALL["num_steps"] * 3})
+    assert (config.batch_size > ppo.SMALL_BATCH_SHUFFLE) == (num_envs == 512)
+    jax.block_until_ready(jax.jit(Recorded(config))(jax.random.key(0)))
+    kinds = [kind for kind, _ in used]
+    assert kinds.count("rollout") == config.num_updates
+    assert kinds.count("shuffle") == config.num_updates * config.update_epochs
+    assert len({key for _, key in used}) == len(used), used
