@@ -234,6 +234,7 @@ def test_default_evaluate_reproduces_the_summary(trained):
     assert summary["eval_seed"] == summary["seed"] + 1
     got = runs.evaluate_run(run_dir)
     np.testing.assert_allclose(got["per_seed"], summary["eval_return_per_seed"], atol=1e-3)
+    assert got["update"] == got["num_updates"] == summary["num_updates"] and "not finished" not in out
 
 
 def test_evaluate_names_the_bad_field_of_config_json(trained, tmp_path):

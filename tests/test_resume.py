@@ -15,7 +15,7 @@ import pytest
 from fusedrl import checkpoint as ckpt
 from fusedrl import cli, runs
 from fusedrl.loggers import CSVLogger
-from fusedrl.progress import ProgressBar
+from fusedrl.progress import Monitor, ProgressBar, dispatch
 from fusedrl.train import preset
 
 # 10 updates, checkpoints after updates 3, 6 and 9, progress every 2 updates.
@@ -176,7 +176,7 @@ def test_resume_refuses_a_checkpoint_without_its_metrics(uninterrupted, tmp_path
         runs.resume_run(run_dir, progress_file=io.StringIO())
     doc = json.loads((run_dir / "config.json").read_text())
     (run_dir / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "num_seeds": 2}}))
-    with pytest.raises(runs.ResumeError, match="holds 1 seed.* says num_seeds=2"):
+    with pytest.raises(runs.ResumeError, match="num_seeds=1, but config.json says num_seeds=2: put it back"):
         runs.resume_run(run_dir, progress_file=io.StringIO())
 
 
@@ -273,3 +273,139 @@ def test_resume_of_a_damaged_folder_is_a_usage_error(uninterrupted, tmp_path):
     (run_dir / "checkpoint" / "meta.json").write_text("{not json either")
     code, _, err = run_cli("train", "--resume", run_dir)
     assert code == 2 and "checkpoint/meta.json is corrupt" in err, err
+
+
+def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_continue(monkeypatch, tmp_path):
+    """Interrupted at update 4, resumed at update 3, interrupted again at update 4 (before the
+    checkpoint at 6): the checkpoint of update 3 is still there, so summary.json and the CLI must
+    still say so."""
+    run_dir = tmp_path / "run"
+    original = interrupt_at(monkeypatch, 4)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), run_dir, num_seeds=1, progress_file=io.StringIO(), **OPTIONS)
+    assert json.loads((run_dir / "summary.json").read_text())["checkpoint_update"] == 3
+    monkeypatch.setattr(CSVLogger, "log", original)
+    interrupt_at(monkeypatch, 4)
+    code, _, err = run_cli("train", "--resume", run_dir, "--no-progress")
+    assert code == 130
+    assert ckpt.read_meta(run_dir / "checkpoint")["extra"]["update"] == 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["resumed_at_update"] == 3
+    assert summary.get("checkpoint_update") == 3, summary
+    assert f"holds update 3 of 10: continue with `fusedrl train --resume {run_dir}`" in err, err
+
+
+@pytest.mark.parametrize("flag", [["--seed", 0], ["--progress-every", 0], ["--checkpoint-every", 0],
+                                  ["--total-timesteps", 0]])
+def test_resume_refuses_options_given_as_zero(tmp_path, flag):
+    """`--seed 0` etc. are given options too: --resume must refuse them like `--seed 3`, not
+    ignore them silently (0 == False slipped through the check)."""
+    code, _, err = run_cli("train", "--resume", tmp_path, *flag)
+    assert code == 2 and f"drop {flag[0]}" in err, err
+
+
+def test_resume_with_an_edited_config_says_what_to_do(uninterrupted, tmp_path):
+    """config.json edited after the run started: the error names config.json and a way on."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(uninterrupted[1].path, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    doc = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**doc, "ppo": {**doc["ppo"], "lr": 1e-2}}))
+    code, _, err = run_cli("train", "--resume", run_dir, "--no-progress")
+    assert code == 2 and "lr" in err
+    assert "config.json" in err and ("--overwrite" in err or "--out" in err), err
+
+
+def test_resume_refuses_a_config_whose_seed_differs_from_the_checkpoint(uninterrupted, tmp_path):
+    """The checkpoint records the seed it was trained from (meta extra.seed); a config.json with
+    another seed would silently relabel the run (summary seed, evaluation key)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(uninterrupted[1].path, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    doc = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "seed": 5}}))
+    with pytest.raises(runs.ResumeError, match="seed=0, but config.json says seed=5: put it back as 0"):
+        runs.resume_run(run_dir, progress_file=io.StringIO())
+
+
+@pytest.mark.parametrize("num_seeds,every,stop", [(2, 4, 10), (1, 1, 5)])
+def test_normalised_runs_resume_bit_for_bit(monkeypatch, tmp_path, num_seeds, every, stop):
+    """Pendulum (observation and reward normalisation), 11 updates: checkpoints every 4 (not a
+    divisor) with 2 seeds, or after every update with 1 seed."""
+    cfg = preset("Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 11, update_epochs=2,
+                 num_minibatches=2, hidden_sizes=(16,))
+    assert cfg.normalize_obs and cfg.normalize_reward
+    opts = dict(num_seeds=num_seeds, eval_episodes=2, progress_every=1, checkpoint_every=every,
+                progress_file=io.StringIO())
+    full = runs.train_run(cfg, tmp_path / "full", **opts)
+    original = interrupt_at(monkeypatch, stop)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(cfg, tmp_path / "run", **opts)
+    monkeypatch.setattr(CSVLogger, "log", original)
+    run = runs.resume_run(tmp_path / "run", progress_file=io.StringIO())
+    assert run.summary["resumed_at_update"] == (stop - 1) // every * every
+    for a, b in zip(arrays(full.result.state), arrays(run.result.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for name in ("metrics.csv", "learning_curve.png"):
+        assert (tmp_path / "run" / name).read_bytes() == (full.path / name).read_bytes(), name
+    assert run.summary["eval_return_per_seed"] == full.summary["eval_return_per_seed"]
+
+
+def test_ctrl_c_during_a_stretch_stops_at_its_checkpoint(monkeypatch, tmp_path):
+    """The first Ctrl-C asks for a stop at the next callback; the checkpoint that ends the stretch
+    comes first, and the run stops there instead of starting the next stretch."""
+    calls, original = [], Monitor.__call__
+
+    def recorded(self, metrics):
+        calls.append(int(metrics["env_steps"]) // self.batch_size)
+        original(self, metrics)
+        if calls[-1] == 2:  # Ctrl-C after update 2's callback: interrupt_guard's SIGINT handler
+            dispatch.monitor.stop_requested = True
+
+    monkeypatch.setattr(Monitor, "__call__", recorded)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), tmp_path / "run", num_seeds=1, progress_file=io.StringIO(), **OPTIONS)
+    assert calls == [2]  # no callback of update 4: the second stretch never started
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpoint_update"] == 3
+    assert summary["updates_logged"] == 2
+
+
+def test_a_resume_on_another_number_of_threads_says_it_matches_to_rounding_only(
+        uninterrupted, monkeypatch, tmp_path):
+    """Two seeds on two host threads, resumed where the seeds share one thread (a machine with
+    one core): other programs, so a note, and the same training to float32 rounding."""
+    full = uninterrupted[2]
+    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
+    original = interrupt_at(monkeypatch, 8)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), tmp_path / "run", num_seeds=2, progress_file=io.StringIO(), **OPTIONS)
+    monkeypatch.setattr(CSVLogger, "log", original)
+    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 1)
+    err = io.StringIO()
+    run = runs.resume_run(tmp_path / "run", progress_file=err)
+    assert "the run trained its seeds on 2 host thread(s) and resumes on 1" in err.getvalue()
+    assert run.summary["streams"] == 1
+    for name, value in full.result.metrics.items():
+        np.testing.assert_allclose(run.result.metrics[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    err = io.StringIO()  # the same threads: no note
+    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
+    interrupt_at(monkeypatch, 8)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), tmp_path / "again", num_seeds=2, progress_file=io.StringIO(), **OPTIONS)
+    monkeypatch.setattr(CSVLogger, "log", original)
+    runs.resume_run(tmp_path / "again", progress_file=err)
+    assert "host thread" not in err.getvalue()
+
+
+def test_evaluating_an_unfinished_run_says_so(monkeypatch, tmp_path):
+    interrupt_at(monkeypatch, 8)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(config(), tmp_path / "run", num_seeds=1, progress_file=io.StringIO(), **OPTIONS)
+    got = runs.evaluate_run(tmp_path / "run")
+    assert (got["update"], got["num_updates"]) == (6, 10)
+    code, out, err = run_cli("evaluate", tmp_path / "run")
+    assert code == 0, err
+    assert "(the run has not finished: its checkpoint holds update 6 of 10)" in out

@@ -194,7 +194,9 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
     """The PPOConfig and RunOptions of the run folder `--resume` continues."""
     from fusedrl.runs import load_run_config
 
-    given = [flag for name, flag in RESUME_CONFLICTS if getattr(args, name) not in (None, False, [])]
+    values = [(flag, getattr(args, name)) for name, flag in RESUME_CONFLICTS]
+    # Not given: None (numbers, paths), False (switches) or [] (--set); a 0 was given.
+    given = [flag for flag, v in values if not (v is None or v is False or v == [])]
     if given:
         raise CLIError(f"--resume continues the run as its config.json describes; drop {', '.join(given)} "
                        f"(to train differently, start a new run: --config {args.resume / 'config.json'} "
@@ -292,6 +294,9 @@ def cmd_evaluate(args) -> int:
     except (FileNotFoundError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     print(f"{args.run_dir}: greedy return over {ev['episodes']} episodes per seed")
+    if ev.get("update", 0) < ev.get("num_updates", 0):
+        print(f"  (the run has not finished: its checkpoint holds update {ev['update']} "
+              f"of {ev['num_updates']})")
     for i, r in enumerate(ev["per_seed"]):
         print(f"  seed {i:>3}  {r:10.1f}")
     print(f"  mean      {ev['mean']:10.1f} +- {ev['std']:.1f}")

@@ -368,6 +368,8 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
             metrics.append(result.metrics)
             if on_checkpoint is not None and j + 1 < len(plan):
                 on_checkpoint(result.replace(metrics=join_updates(metrics)))
+                if dispatch.monitor is not None and dispatch.monitor.stop_requested:
+                    raise KeyboardInterrupt  # a Ctrl-C during the stretch: stop at its checkpoint
         if result is None:  # nothing left to train
             return TrainResult(state=states, metrics={}, hparams=hparams)
         return result.replace(metrics=join_updates(metrics))
@@ -448,6 +450,7 @@ class _Resumed:
     hparams: Any
     metrics: dict[str, np.ndarray]
     update: int
+    streams: int | None = None  # host threads of the run before (summary.json), if known
 
 
 def resume_run(
@@ -465,8 +468,10 @@ def resume_run(
     them, which decides the programs).
 
     Raises:
+      FileNotFoundError, ValueError: `run_dir` has no valid config.json.
       ResumeError: the run has finished, or has no checkpoint (it stopped before the first), or
-        the checkpoint does not hold the metrics of the updates before it.
+        the checkpoint is damaged, does not hold the metrics of the updates before it, or does not
+        match config.json (the message says what to do).
     """
     path = Path(run_dir)
     config, options = load_run_config(path)
@@ -484,12 +489,21 @@ def resume_run(
         when = (f"before its first checkpoint (checkpoint_every={every} updates)" if every else
                 "without checkpoints during training (checkpoint_every=0)")
         raise ResumeError(f"{path} has no checkpoint to resume from: the run stopped {when}; {restart}.")
-    _, state, hparams, meta = ckpt.restore(path / CHECKPOINT_DIR, config)
-    if meta.get("num_seeds") != options.num_seeds:
-        raise ResumeError(f"{path / CHECKPOINT_DIR} holds {meta.get('num_seeds')} seed(s) but config.json "
-                          f"says num_seeds={options.num_seeds}; {restart}.")
+    try:
+        _, state, hparams, meta = ckpt.restore(path / CHECKPOINT_DIR, config)
+        metrics = ckpt.restore_metrics(path / CHECKPOINT_DIR)
+    except ckpt.CheckpointError as e:
+        raise ResumeError(
+            f"cannot resume {path}: {e}\nIf {CONFIG_FILE} was edited since the run started, put it back as "
+            f"the checkpoint has it, or train the edited config as a new run (`fusedrl train --config "
+            f"{path / CONFIG_FILE} --out NEW_DIR`); otherwise {restart}."
+        ) from None
+    for name, saved, expected in (("num_seeds", meta.get("num_seeds"), options.num_seeds),
+                                  ("seed", meta.get("extra", {}).get("seed"), options.seed)):
+        if saved != expected:
+            raise ResumeError(f"{path / CHECKPOINT_DIR} holds a run of {name}={saved}, but {CONFIG_FILE} "
+                              f"says {name}={expected}: put it back as {saved}, or {restart}.")
     update = np.asarray(state.update)
-    metrics = ckpt.restore_metrics(path / CHECKPOINT_DIR)
     start = int(update[0])
     shape = (options.num_seeds, start)
     if metrics is None or np.any(update != start) or any(np.shape(v) != shape for v in metrics.values()):
@@ -497,8 +511,9 @@ def resume_run(
                           f"it (it was written by an older fusedrl or is damaged); {restart}.")
     # The file ends with the checkpoint: rows the interrupted run logged after it are trained again.
     write_atomic(path / METRICS_FILE, format_rows(metrics_to_rows(metrics), header=True))
+    streams = previous.get("streams") if isinstance(previous, dict) else None
     return _train(config, options, path, progress=progress, loggers=loggers, progress_file=progress_file,
-                  resumed=_Resumed(state, hparams, metrics, start))
+                  resumed=_Resumed(state, hparams, metrics, start, streams))
 
 
 def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progress: bool,
@@ -511,7 +526,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
     summary: dict[str, Any] = {"env_id": config.env_id, "num_seeds": options.num_seeds,
                                "seed": options.seed, "status": "running"}
     if resumed is not None:
-        summary["resumed_at_update"] = start
+        summary.update(resumed_at_update=start, checkpoint_update=start)
     sinks: list[Any] = []
     bar = None
     try:
@@ -557,6 +572,11 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             _status(progress_file, progress, "compiling ...")
             streams = num_streams(options.num_seeds)
             summary["streams"] = streams
+            if resumed is not None and resumed.streams not in (None, streams):
+                _status(progress_file, progress,
+                        f"note: the run trained its seeds on {resumed.streams} host thread(s) and resumes on "
+                        f"{streams} (this machine's cores): other programs, so it will match the run "
+                        f"uninterrupted to float32 rounding only, not bit for bit.")
             train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams,
                                                     checkpoint_every=options.checkpoint_every,
                                                     start_update=start)
@@ -728,7 +748,9 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
 
 def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
                  seed: int | None = None) -> dict[str, Any]:
-    """Greedy returns of every seed in a saved run: {"per_seed": [...], "mean": m, "std": s}.
+    """Greedy returns of every seed in a saved run: {"per_seed": [...], "mean": m, "std": s,
+    "episodes": n, "update": the checkpoint's update, "num_updates": the run's}. An unfinished
+    run's checkpoint (`checkpoint_every`) is its latest: "update" < "num_updates".
 
     The defaults reproduce the run's summary.json: its eval_episodes, and the key it used
     (`jax.random.key(seed)` with the run's seed + 1).
@@ -742,7 +764,8 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
     returns = evaluate_seeds(config, result, key, num_episodes)
     per_seed = returns.mean(axis=1)
     return {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
-            "episodes": num_episodes}
+            "episodes": num_episodes, "update": int(np.ravel(state.update)[0]),
+            "num_updates": config.num_updates}
 
 
 def summary_table(summary: Mapping[str, Any]) -> str:
