@@ -550,12 +550,17 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
     monitor.last_update = start
     keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
 
-    def save_checkpoint(result: TrainResult) -> None:  # the checkpoints during training
-        metrics = result.metrics if resumed is None else join_updates([resumed.metrics, result.metrics])
-        update = int(metrics["env_steps"].shape[1])
+    def save_checkpoint(result: TrainResult) -> None:
+        """The folder's checkpoint of `result`, whose metrics cover every update so far."""
+        update = int(result.metrics["env_steps"].shape[1])
         ckpt.save(path / CHECKPOINT_DIR, config, result.state, result.hparams, num_seeds=options.num_seeds,
-                  extra={"seed": options.seed, "update": update}, metrics=metrics)
+                  extra={"seed": options.seed, "update": update}, metrics=result.metrics)
         summary["checkpoint_update"] = update
+
+    def checkpoint_during_training(result: TrainResult) -> None:  # metrics from the start of this process
+        if resumed is not None:
+            result = result.replace(metrics=join_updates([resumed.metrics, result.metrics]))
+        save_checkpoint(result)
         write_json(path / SUMMARY_FILE, summary)
     try:
         if start == config.num_updates:  # resumed after its last update: nothing left to train
@@ -588,7 +593,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
                 try:
                     result = jax.block_until_ready(run_seeds(
                         keys, hparams, states=None if resumed is None else resumed.state,
-                        on_checkpoint=None if path is None else save_checkpoint,
+                        on_checkpoint=None if path is None else checkpoint_during_training,
                     ))
                 except Exception as e:
                     if is_interrupt(e, monitor):
@@ -633,10 +638,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             summary["status"] = "saving"
             rows = metrics_to_rows(jax.device_get(result.metrics))
             write_atomic(path / METRICS_FILE, format_rows(rows, header=True))
-            ckpt.save(path / CHECKPOINT_DIR, config, result.state, result.hparams,
-                      num_seeds=options.num_seeds, extra={"seed": options.seed, "update": config.num_updates},
-                      metrics=result.metrics)
-            summary["checkpoint_update"] = config.num_updates
+            save_checkpoint(result)
         summary["status"] = "evaluating"
         t = time.perf_counter()
         returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes)
