@@ -56,6 +56,23 @@ def interrupt_at(monkeypatch, update):
     return original
 
 
+def interrupted_run(monkeypatch, update, run_dir, cfg=None, **options):
+    """`train_run` of `cfg` (default `config()`) with OPTIONS and `options`, stopped by Ctrl-C
+    once `update`'s rows are logged; the CSV logger is itself again afterwards."""
+    original = interrupt_at(monkeypatch, update)
+    with pytest.raises(KeyboardInterrupt):
+        runs.train_run(cfg or config(), run_dir, progress_file=io.StringIO(), **{**OPTIONS, **options})
+    monkeypatch.setattr(CSVLogger, "log", original)
+
+
+def stopped_while_evaluating(finished, run_dir):
+    """A copy of the finished run folder `finished` whose summary says it stopped while evaluating
+    (its checkpoint is of the last update)."""
+    shutil.copytree(finished, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The runs the resumed ones must equal: 1 seed and 2 seeds (one host thread each on 2 cores)."""
@@ -82,10 +99,7 @@ def test_checkpoint_segments():
 def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_path, num_seeds):
     full = uninterrupted[num_seeds]
     run_dir = tmp_path / "run"
-    original = interrupt_at(monkeypatch, 8)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(config(), run_dir, num_seeds=num_seeds, progress_file=io.StringIO(), **OPTIONS)
-    monkeypatch.setattr(CSVLogger, "log", original)
+    interrupted_run(monkeypatch, 8, run_dir, num_seeds=num_seeds)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["checkpoint_update"] == 6
     _, state, _, meta = ckpt.restore(run_dir / "checkpoint", config())
@@ -150,26 +164,19 @@ def test_checkpoints_do_not_change_the_training_beyond_rounding(uninterrupted, t
 
 
 def test_a_run_without_a_checkpoint_cannot_resume(monkeypatch, tmp_path):
-    interrupt_at(monkeypatch, 2)  # before the first checkpoint (update 3)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(config(), tmp_path / "early", num_seeds=1, progress_file=io.StringIO(), **OPTIONS)
+    interrupted_run(monkeypatch, 2, tmp_path / "early", num_seeds=1)  # before the first checkpoint (3)
     restart = r"fusedrl train --config .*config.json --out .*early --overwrite"
     with pytest.raises(runs.ResumeError,
                        match=r"before its first checkpoint \(checkpoint_every=3 updates\).*" + restart):
         runs.resume_run(tmp_path / "early", progress_file=io.StringIO())
-    interrupt_at(monkeypatch, 4)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(config(), tmp_path / "none", num_seeds=1, progress_file=io.StringIO(),
-                       **{**OPTIONS, "checkpoint_every": 0})
+    interrupted_run(monkeypatch, 4, tmp_path / "none", num_seeds=1, checkpoint_every=0)
     with pytest.raises(runs.ResumeError, match=r"without checkpoints during training \(checkpoint_every=0\)"):
         runs.resume_run(tmp_path / "none", progress_file=io.StringIO())
 
 
 def test_resume_refuses_a_checkpoint_without_its_metrics(uninterrupted, tmp_path):
     run_dir = tmp_path / "run"
-    shutil.copytree(uninterrupted[1].path, run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    stopped_while_evaluating(uninterrupted[1].path, run_dir)
     meta = json.loads((run_dir / "checkpoint" / "meta.json").read_text())
     (run_dir / "checkpoint" / "meta.json").write_text(json.dumps({**meta, "metrics": None}))
     with pytest.raises(runs.ResumeError, match="does not hold the metrics of the 10 updates before it"):
@@ -183,9 +190,7 @@ def test_resume_refuses_a_checkpoint_without_its_metrics(uninterrupted, tmp_path
 def test_a_run_stopped_after_its_last_update_only_saves_and_evaluates(uninterrupted, tmp_path):
     full = uninterrupted[1]
     run_dir = tmp_path / "run"
-    shutil.copytree(full.path, run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    stopped_while_evaluating(full.path, run_dir)
     run = runs.resume_run(run_dir, progress_file=io.StringIO())
     assert run.summary["status"] == "finished" and run.summary["sps"] is None
     assert run.summary["eval_return_per_seed"] == full.summary["eval_return_per_seed"]
@@ -280,11 +285,8 @@ def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_contin
     checkpoint at 6): the checkpoint of update 3 is still there, so summary.json and the CLI must
     still say so."""
     run_dir = tmp_path / "run"
-    original = interrupt_at(monkeypatch, 4)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(config(), run_dir, num_seeds=1, progress_file=io.StringIO(), **OPTIONS)
+    interrupted_run(monkeypatch, 4, run_dir, num_seeds=1)
     assert json.loads((run_dir / "summary.json").read_text())["checkpoint_update"] == 3
-    monkeypatch.setattr(CSVLogger, "log", original)
     interrupt_at(monkeypatch, 4)
     code, _, err = run_cli("train", "--resume", run_dir, "--no-progress")
     assert code == 130
@@ -307,9 +309,7 @@ def test_resume_refuses_options_given_as_zero(tmp_path, flag):
 def test_resume_with_an_edited_config_says_what_to_do(uninterrupted, tmp_path):
     """config.json edited after the run started: the error names config.json and a way on."""
     run_dir = tmp_path / "run"
-    shutil.copytree(uninterrupted[1].path, run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    stopped_while_evaluating(uninterrupted[1].path, run_dir)
     doc = json.loads((run_dir / "config.json").read_text())
     (run_dir / "config.json").write_text(json.dumps({**doc, "ppo": {**doc["ppo"], "lr": 1e-2}}))
     code, _, err = run_cli("train", "--resume", run_dir, "--no-progress")
@@ -321,9 +321,7 @@ def test_resume_refuses_a_config_whose_seed_differs_from_the_checkpoint(uninterr
     """The checkpoint records the seed it was trained from (meta extra.seed); a config.json with
     another seed would silently relabel the run (summary seed, evaluation key)."""
     run_dir = tmp_path / "run"
-    shutil.copytree(uninterrupted[1].path, run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
+    stopped_while_evaluating(uninterrupted[1].path, run_dir)
     doc = json.loads((run_dir / "config.json").read_text())
     (run_dir / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "seed": 5}}))
     with pytest.raises(runs.ResumeError, match="seed=0, but config.json says seed=5: put it back as 0"):
@@ -337,13 +335,9 @@ def test_normalised_runs_resume_bit_for_bit(monkeypatch, tmp_path, num_seeds, ev
     cfg = preset("Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 11, update_epochs=2,
                  num_minibatches=2, hidden_sizes=(16,))
     assert cfg.normalize_obs and cfg.normalize_reward
-    opts = dict(num_seeds=num_seeds, eval_episodes=2, progress_every=1, checkpoint_every=every,
-                progress_file=io.StringIO())
-    full = runs.train_run(cfg, tmp_path / "full", **opts)
-    original = interrupt_at(monkeypatch, stop)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(cfg, tmp_path / "run", **opts)
-    monkeypatch.setattr(CSVLogger, "log", original)
+    opts = dict(num_seeds=num_seeds, eval_episodes=2, progress_every=1, checkpoint_every=every)
+    full = runs.train_run(cfg, tmp_path / "full", progress_file=io.StringIO(), **opts)
+    interrupted_run(monkeypatch, stop, tmp_path / "run", cfg, **opts)
     run = runs.resume_run(tmp_path / "run", progress_file=io.StringIO())
     assert run.summary["resumed_at_update"] == (stop - 1) // every * every
     for a, b in zip(arrays(full.result.state), arrays(run.result.state), strict=True):
@@ -379,10 +373,7 @@ def test_a_resume_on_another_number_of_threads_says_it_matches_to_rounding_only(
     one core): other programs, so a note, and the same training to float32 rounding."""
     full = uninterrupted[2]
     monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
-    original = interrupt_at(monkeypatch, 8)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(config(), tmp_path / "run", num_seeds=2, progress_file=io.StringIO(), **OPTIONS)
-    monkeypatch.setattr(CSVLogger, "log", original)
+    interrupted_run(monkeypatch, 8, tmp_path / "run", num_seeds=2)
     monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 1)
     err = io.StringIO()
     run = runs.resume_run(tmp_path / "run", progress_file=err)
@@ -392,18 +383,13 @@ def test_a_resume_on_another_number_of_threads_says_it_matches_to_rounding_only(
         np.testing.assert_allclose(run.result.metrics[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
     err = io.StringIO()  # the same threads: no note
     monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
-    interrupt_at(monkeypatch, 8)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(config(), tmp_path / "again", num_seeds=2, progress_file=io.StringIO(), **OPTIONS)
-    monkeypatch.setattr(CSVLogger, "log", original)
+    interrupted_run(monkeypatch, 8, tmp_path / "again", num_seeds=2)
     runs.resume_run(tmp_path / "again", progress_file=err)
     assert "host thread" not in err.getvalue()
 
 
 def test_evaluating_an_unfinished_run_says_so(monkeypatch, tmp_path):
-    interrupt_at(monkeypatch, 8)
-    with pytest.raises(KeyboardInterrupt):
-        runs.train_run(config(), tmp_path / "run", num_seeds=1, progress_file=io.StringIO(), **OPTIONS)
+    interrupted_run(monkeypatch, 8, tmp_path / "run", num_seeds=1)
     got = runs.evaluate_run(tmp_path / "run")
     assert (got["update"], got["num_updates"]) == (6, 10)
     code, out, err = run_cli("evaluate", tmp_path / "run")
