@@ -43,7 +43,10 @@ RUN_ARGS = ["--num-seeds", "2", "--eval-episodes", "4", "--progress-every", "2"]
 def run_cli(*argv):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as e:  # argparse's own errors (a bad value for a typed option)
+            code = e.code
     return code, out.getvalue(), err.getvalue()
 
 
@@ -377,6 +380,9 @@ def test_loaded_sweep_policy_takes_its_runs_hparams_and_both_action_bounds(tmp_p
         (["--env", "CartPole-v1", "--set", "target_kl=0"], ["target_kl must be > 0"]),
         (["--env", "CartPole-v1", "--set", "env_params.gravty=1"], ["gravity"]),
         (["--env", "CartPole-v1", "--num-seeds", "0"], ["num_seeds must be a positive int"]),
+        (["--env", "CartPole-v1", "--seed", "-1"], ["--seed", "from 0 to 4294967294, got -1"]),
+        (["--env", "CartPole-v1", "--seed", "4294967295"], ["--seed", "to 4294967294, got 4294967295"]),
+        (["--env", "CartPole-v1", "--seed", "1.5"], ["--seed", "expected an integer seed, got '1.5'"]),
         ([], ["--env ID"]),
     ],
 )
@@ -563,6 +569,7 @@ def test_train_and_sweep_parse_set_alike():
         (["--set", "total_timesteps=2048", "--total-timesteps", "4096"],
          ["--set total_timesteps=2048 conflicts with --total-timesteps 4096"]),
         (["--set", "hidden_sizes=64,a"], ["--set hidden_sizes=64,a:", "'64,a'"]),
+        (["--seed", "4294967296"], ["--seed", "from 0 to 4294967294, got 4294967296"]),
     ],
 )
 def test_bad_sweep_settings_are_usage_errors(argv, words, tmp_path):
@@ -958,6 +965,30 @@ def test_set_env_id_is_refused_not_ignored():
 def test_evaluate_refuses_zero_episodes_before_reading_the_run(tmp_path):
     code, _, err = run_cli("evaluate", tmp_path / "missing", "--episodes", "0")
     assert code == 2 and "--episodes must be >= 1, got 0" in err, err
+
+
+def test_seeds_that_would_repeat_other_seeds_keys_are_refused(tmp_path):
+    from fusedrl._argtypes import MAX_SEED
+
+    data = lambda s: jax.random.key_data(jax.random.key(s)).tolist()  # noqa: E731
+    # Why the bound: JAX keeps a seed modulo 2**32, and a run also uses seed + 1 (its evaluation key).
+    assert data(2**32) == data(0) and data(-1) == data(2**32 - 1)
+    assert data(MAX_SEED + 1) not in (data(0), data(1)) and data(MAX_SEED + 2) == data(0)
+    assert runs.RunOptions(seed=MAX_SEED).seed == MAX_SEED
+    for bad in (-1, MAX_SEED + 1, 2**32, True, 1.0):
+        with pytest.raises(ValueError, match=r"seed \(--seed\): expected"):
+            runs.RunOptions(seed=bad)
+    with pytest.raises(ValueError, match="seed: expected a seed from 0 to 4294967294, got -1"):
+        runs.evaluate_run(tmp_path / "missing", seed=-1)
+    code, _, err = run_cli("evaluate", tmp_path / "missing", "--seed", "-1")
+    assert code == 2 and "argument --seed: expected a seed from 0 to 4294967294, got -1" in err, err
+    # A run folder whose config.json holds such a seed names the field and the file.
+    runs.write_json(tmp_path / "config.json", runs.config_document(preset("CartPole-v1"), runs.RunOptions()))
+    doc = json.loads((tmp_path / "config.json").read_text())
+    doc["run"]["seed"] = 2**32
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"config.json is invalid: seed \(--seed\): .* got 4294967296"):
+        runs.load_run_config(tmp_path)
 
 
 def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):

@@ -33,6 +33,32 @@ def positive_int(text: str) -> int:
     return value
 
 
+# jax.random.key(s) keeps s modulo 2**32 (without jax_enable_x64), so seeds s and s + 2**32 (or s - 2**32,
+# a negative one) are the same run; a run also uses seed + 1 (its greedy evaluation's key).
+MAX_SEED = 2**32 - 2
+
+
+def seed_error(value: Any) -> str | None:
+    """Why `value` is not a seed fusedrl accepts (None if it is): an int from 0 to MAX_SEED."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"expected an integer seed, got {value!r}"
+    if not 0 <= value <= MAX_SEED:
+        return (f"expected a seed from 0 to {MAX_SEED}, got {value}: JAX keys take 32-bit seeds (and a run's "
+                f"evaluation uses seed + 1), so a negative or larger seed would repeat another seed's keys")
+    return None
+
+
+def seed_arg(text: str) -> int:
+    """An argparse `type` for --seed: an int from 0 to MAX_SEED (`seed_error`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if (error := seed_error(value)) is not None:
+        raise argparse.ArgumentTypeError(error)
+    return value
+
+
 # ------------------------------------------------------------------------------- --set values
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import fusedrl
-from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides
+from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides, seed_arg
 from fusedrl.envs import make, registered_ids, space_info
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.train.config import PPOConfig
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a config.json of an earlier run (or a JSON/TOML file of PPOConfig fields)")
     t.add_argument("--num-seeds", type=int, metavar="N",
                    help="seeds trained at once (default 1; on a CPU, split over the cores)")
-    t.add_argument("--seed", type=int, metavar="S", help="base random seed (default 0)")
+    t.add_argument("--seed", type=seed_arg, metavar="S", help="base random seed (default 0)")
     t.add_argument("--total-timesteps", type=int, metavar="T", help="env steps per seed")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                    help="override a PPOConfig field (repeatable)")
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     e.add_argument("--episodes", type=int, metavar="N",
                    help="episodes per seed (default: the run's eval_episodes, as in summary.json)")
-    e.add_argument("--seed", type=int, metavar="S",
+    e.add_argument("--seed", type=seed_arg, metavar="S",
                    help="evaluation key seed (default: the run's seed + 1, the key summary.json used)")
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",

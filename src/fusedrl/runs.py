@@ -38,6 +38,7 @@ import numpy as np
 
 import fusedrl
 from fusedrl import checkpoint as ckpt
+from fusedrl._argtypes import seed_error
 from fusedrl._json import dumps as strict_json
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.evaluation import evaluate
@@ -120,8 +121,8 @@ class RunOptions:
         if not isinstance(ce, int) or isinstance(ce, bool) or ce < 0:
             raise ValueError(f"checkpoint_every must be an int >= 0 (0: only the final checkpoint), "
                              f"got {ce!r}.")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed must be an int, got {self.seed!r}.")
+        if (error := seed_error(self.seed)) is not None:
+            raise ValueError(f"seed (--seed): {error}.")
         pe = self.progress_every
         if pe is not None and (not isinstance(pe, int) or isinstance(pe, bool) or pe < 0):
             raise ValueError(f"progress_every must be an int >= 0 (0 turns progress off), got {pe!r}.")
@@ -757,6 +758,8 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
     The defaults reproduce the run's summary.json: its eval_episodes, and the key it used
     (`jax.random.key(seed)` with the run's seed + 1).
     """
+    if seed is not None and (error := seed_error(seed)) is not None:
+        raise ValueError(f"seed: {error}.")
     run_dir = Path(run_dir)
     config, options = load_run_config(run_dir)
     num_episodes = options.eval_episodes if num_episodes is None else num_episodes

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides
+from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides, seed_arg
 from fusedrl._json import dumps as strict_json
 
 EPILOG = __doc__.split("\n\n", 1)[1].rsplit("\n\nHook into", 1)[0]
@@ -51,7 +51,7 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--env", metavar="ID", required=True, help="environment id; uses its preset if any")
     p.add_argument("--num-seeds", type=int, default=1, metavar="N", help="seeds per combination (default 1)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="base random seed (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, metavar="S", help="base random seed (default 0)")
     p.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="grid axis (repeatable): every combination of the values")
     p.add_argument("--zip", action="append", default=[], metavar="FIELD=V1,V2,...",

@@ -37,7 +37,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fusedrl._argtypes import positive_int
+from fusedrl._argtypes import positive_int, seed_arg
 
 ENV_ID = "CartPole-v1"
 DEFAULT_NUM_ENVS = (1, 64, 512, 4096, 16384)
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds one timed call must last at least; more chunks are run at small N "
         "(default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default: %(default)s)")
+    parser.add_argument("--seed", type=seed_arg, default=0, help="PRNG seed (default: %(default)s)")
     return parser
 
 

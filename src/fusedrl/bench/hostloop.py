@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from fusedrl._argtypes import seed_arg
 from fusedrl.bench._timing import compile_then_run
 
 SOLVED = 475.0
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrl.bench hostloop",
                                 description="CartPole PPO: fused vs host bridge (and SB3 if installed).")
     p.add_argument("--total-timesteps", type=int, default=100_000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0)
     p.add_argument("--no-sb3", action="store_true", help="skip Stable-Baselines3 even if installed")
     args = p.parse_args(argv)
     if args.total_timesteps < ZOO["num_envs"] * ZOO["num_steps"] * 2:

@@ -50,6 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fusedrl._argtypes import seed_arg
+
 BLOCK = 64  # episodes per seed in a `bench presets` row
 
 
@@ -344,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gamma", type=float,
                    help="solve for the discounted return PPO with this gamma optimises instead "
                         "(0 < G < 1; a stationary controller, scored by its undiscounted returns)")
-    p.add_argument("--seed", type=int, default=0, help="root PRNG seed (as `bench presets --seed`)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="root PRNG seed (as `bench presets --seed`)")
     p.add_argument("--json", action="store_true",
                    help="print the result as one JSON line (a second one for --compare-preset)")
     p.add_argument("--compare-preset", action="store_true",

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from fusedrl._argtypes import seed_arg
 from fusedrl.bench._timing import compile_then_run
 
 # Published PPO returns in gymnax-blines (RobertTLange/gymnax-blines), the targets we compare with.
@@ -136,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--all", action="store_true", help="every preset, in sequence")
     p.add_argument("--seeds", type=int, default=4, help="agents trained in one vmapped program")
     p.add_argument("--episodes", type=int, default=64, help="greedy evaluation episodes per seed")
-    p.add_argument("--seed", type=int, default=0, help="root PRNG seed")
+    p.add_argument("--seed", type=seed_arg, default=0, help="root PRNG seed")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a preset field (repeatable); the row is then not the preset's")
     p.add_argument("--json", action="store_true", help="also print each row as JSON")
