@@ -932,6 +932,47 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
 
 
+def test_ctrl_c_while_compiling_is_held_until_the_compile_ends(monkeypatch, tmp_path):
+    # With jax 0.10.2 a Ctrl-C inside XLA's compile abandons it and the interpreter crashes at exit
+    # (progress.hold_interrupt). The Ctrl-C must reach neither the compile nor the code around it.
+    compiled, done = runs._compiled, []
+
+    def ctrl_c_while_compiling(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler at once, here
+        out = compiled(*args, **kwargs)
+        done.append(True)
+        return out
+
+    monkeypatch.setattr(runs, "_compiled", ctrl_c_while_compiling)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a shell
+    err = io.StringIO()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runs.train_run(FIVE_UPDATES, tmp_path / "run", eval_episodes=2, progress_file=err)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert done == [True], "the Ctrl-C interrupted the compile"
+    assert "Ctrl-C: stopping once compiling ends" in err.getvalue(), err.getvalue()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["updates_logged"] == 0
+
+
+def test_sweep_cli_interrupted_exits_130_without_a_folder(monkeypatch, tmp_path):
+    import importlib
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("fusedrl.sweep"), "sweep", ctrl_c)
+    try:
+        code, _, err = run_cli("sweep", "--env", "CartPole-v1", "--out", tmp_path / "sweep")
+    except KeyboardInterrupt:  # let through, it would stop pytest itself
+        pytest.fail("the sweep command let the KeyboardInterrupt through")
+    assert code == 130 and "fusedrl sweep: interrupted" in err and "Traceback" not in err, err
+    assert not (tmp_path / "sweep").exists()
+
+
 # ------------------------------------------------------------------- option handling, no training
 def resolve(*argv):
     return cli.resolve(cli.build_parser().parse_args(["train", *map(str, argv)]))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import chex
 import jax
@@ -808,3 +809,89 @@ def test_cli_parses_axes_and_settings():
         args = parse(*argv)
         with pytest.raises(SweepCLIError, match=r"is both swept .* and fixed .*drop one of them"):
             build_config(args, parse_axes(args)[1])
+
+
+# ------------------------------------------------------------------ stopping streams early
+PIECES = [(0, 10), (10, 10), (20, 10), (30, 10), (40, 10)]
+
+
+def _piece_log(monkeypatch, stop_at=None, stop=None):
+    """(events, advance): `advance` records each launch and returns a result whose state is the
+    piece's first update; `jax.block_until_ready` records each wait; piece `stop_at` sets `stop`."""
+    from fusedrl.train.ppo import TrainResult
+
+    events = []
+    monkeypatch.setattr(jax, "block_until_ready", lambda out: events.append(("wait", out.state)) or out)
+
+    def advance(states, first, n):
+        events.append(("launch", first))
+        if first == stop_at:
+            stop.set()  # e.g. a Ctrl-C while this piece runs
+        return TrainResult(state=first, metrics={"x": jnp.full((1, n), first)}, hparams=None)
+
+    return events, advance
+
+
+def test_continue_in_pieces_stops_once_asked_with_two_pieces_in_flight(monkeypatch):
+    from fusedrl.sweep import continue_in_pieces
+
+    stop = threading.Event()
+    events, advance = _piece_log(monkeypatch, stop_at=30, stop=stop)
+    with pytest.raises(KeyboardInterrupt):
+        continue_in_pieces(None, advance, PIECES, stop)
+    # Each piece is launched once the one two before it has ended, and none after the stop.
+    assert events == [("launch", 0), ("launch", 10), ("wait", 0), ("launch", 20), ("wait", 10),
+                      ("launch", 30), ("wait", 20)]
+
+    for stop in (None, threading.Event()):  # without a stop, or one never set: every piece, joined
+        events, advance = _piece_log(monkeypatch)
+        out = continue_in_pieces(None, advance, PIECES, stop)
+        launches = [e for e in events if e[0] == "launch"]
+        assert launches == [("launch", f) for f, _ in PIECES]
+        assert len(events) == (5 if stop is None else 8)  # waits only with a stop
+        np.testing.assert_array_equal(out.metrics["x"][0], np.repeat([0, 10, 20, 30, 40], 10))
+
+
+def _wait_for_stop(stop, seen, i):
+    seen[i] = stop.wait(timeout=30)  # True: told to stop; False: left to run on (the bug)
+    return {"x": jnp.zeros(1)}
+
+
+def test_run_shares_stops_the_other_shares_when_one_fails():
+    from fusedrl.sweep import run_shares
+
+    seen = {}
+
+    def part(i, stop):
+        if i == 0:
+            raise ValueError("share 0 failed")
+        return _wait_for_stop(stop, seen, i)
+
+    with pytest.raises(ValueError, match="share 0 failed"):
+        run_shares(part, 3, "test")
+    assert seen == {1: True, 2: True}
+
+
+def test_run_shares_stops_its_shares_on_ctrl_c():
+    # Ctrl-C reaches the main thread while it waits for the shares; before, the shares then trained
+    # to their end (a sweep interrupted at 10% ran to 100% before exiting).
+    import signal
+
+    from fusedrl.sweep import run_shares
+
+    seen, started = {}, threading.Barrier(2)
+
+    def part(i, stop):
+        started.wait(timeout=60)
+        if i == 0:
+            time.sleep(0.2)  # the main thread is waiting for the shares by now
+            os.kill(os.getpid(), signal.SIGINT)
+        return _wait_for_stop(stop, seen, i)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a shell
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_shares(part, 2, "test")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == {0: True, 1: True}

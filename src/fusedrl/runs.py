@@ -49,6 +49,7 @@ from fusedrl.progress import (
     ProgressBar,
     SeedTaggedPPO,
     dispatch,
+    hold_interrupt,
     interrupt_guard,
     is_interrupt,
 )
@@ -339,7 +340,7 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
             raise ValueError(f"a run continued at update {start_update} needs the states to continue.")
         init, advance = compiled
 
-        def part(i, states, pieces):
+        def part(i, states, pieces, stop=None):
             first_seed = np.int32(i * per)
             if states is None:
                 share = init(keys[i * per:(i + 1) * per], hparams)
@@ -349,7 +350,7 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
                 return jax.block_until_ready(continue_in_pieces(
                     share,
                     lambda states, first, n: advance[n](states, hparams, first_seed, np.int32(first)),
-                    pieces,
+                    pieces, stop,
                 ))
             except BaseException as e:
                 # Ctrl-C (or a KeyboardInterrupt from a logger) in one share: the others stop at
@@ -583,9 +584,10 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
                         f"note: the run trained its seeds on {resumed.streams} host thread(s) and resumes on "
                         f"{streams} (this machine's cores): other programs, so it will match the run "
                         f"uninterrupted to float32 rounding only, not bit for bit.")
-            train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams,
-                                                    checkpoint_every=options.checkpoint_every,
-                                                    start_update=start)
+            with hold_interrupt("compiling", progress_file):  # see hold_interrupt: XLA and Ctrl-C
+                train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams,
+                                                        checkpoint_every=options.checkpoint_every,
+                                                        start_update=start)
             hparams = train.default_hparams()
             if bar is not None:
                 bar.restart_clock()

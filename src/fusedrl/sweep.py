@@ -65,6 +65,7 @@ import math
 import numbers
 import operator
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -76,6 +77,7 @@ from jax.sharding import PartitionSpec as P
 
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.plotting import seed_statistics
+from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
 from fusedrl.train.ppo import TrainResult, episode_values, make_train, typed_key
 
@@ -828,15 +830,25 @@ def compile_in_pieces(init, init_args: Sequence, advance, advance_args: Sequence
                                for n in sorted({n for _, n in pieces})}
 
 
-def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, int]]) -> TrainResult:
+def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, int]],
+                       stop: threading.Event | None = None) -> TrainResult:
     """`advance(states, first_update, num_updates) -> TrainResult` called piece after piece, each
-    from the previous one's states; the pieces' metrics joined along their update axis (1)."""
-    metrics = []
+    from the previous one's states; the pieces' metrics joined along their update axis (1).
+
+    With `stop`, at most two pieces are in flight (each launched once the one two before it has
+    ended, so the device never waits for a launch), and once `stop` is set no further piece starts:
+    KeyboardInterrupt is raised instead (`run_shares` sets it when another share fails or Ctrl-C
+    arrives, so a sweep stops within about two pieces instead of running to its end)."""
+    outs = []
     for first, n in pieces:
-        out = advance(states, first, n)
-        states = out.state
-        metrics.append(out.metrics)
-    return out.replace(metrics=join_updates(metrics))
+        if stop is not None:
+            if len(outs) >= 2:
+                jax.block_until_ready(outs[-2])
+            if stop.is_set():
+                raise KeyboardInterrupt
+        outs.append(advance(states, first, n))
+        states = outs[-1].state
+    return outs[-1].replace(metrics=join_updates([o.metrics for o in outs]))
 
 
 def join_updates(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -866,17 +878,18 @@ def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
             _STREAM_EXECUTABLES.pop(next(iter(_STREAM_EXECUTABLES)))
         # The default device decides where a program with no committed input runs (a sweep of
         # seeds only has none but the keys, and `advance` is lowered from shapes).
-        with jax.default_device(device) if device is not None else contextlib.nullcontext():
+        with (jax.default_device(device) if device is not None else contextlib.nullcontext(),
+              hold_interrupt("compiling")):  # see hold_interrupt: XLA and Ctrl-C
             _STREAM_EXECUTABLES[cache_key] = compile_in_pieces(
                 program.init, (*args[0], base), program.advance, (args[0][1], base), pieces)
     init, advance = _STREAM_EXECUTABLES[cache_key]
 
-    def part(i):
+    def part(i, stop):
         keys, swept = args[i]
         out = jax.block_until_ready(continue_in_pieces(
             init(keys, swept, base),
             lambda states, first, n: advance[n](states, swept, base, np.int32(first)),
-            pieces,
+            pieces, stop,
         ))
         # An executable's outputs may come back uncommitted (then the concatenation below would
         # run on the default device); committing them to where they are copies nothing.
@@ -885,11 +898,18 @@ def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
     return run_shares(part, streams, "fusedrl-sweep")
 
 
-def run_shares(part: Callable[[int], Any], streams: int, thread_name_prefix: str):
-    """`part(i)` for i in range(streams), each in its own host thread, all at once; their result
-    pytrees concatenated along axis 0 in order of i. An exception in a part is re-raised here."""
+def run_shares(part: Callable[[int, threading.Event], Any], streams: int, thread_name_prefix: str):
+    """`part(i, stop)` for i in range(streams), each in its own host thread, all at once; their
+    result pytrees concatenated along axis 0 in order of i. An exception in a part, or a Ctrl-C
+    here, sets `stop` (for `continue_in_pieces`), waits for the parts to return, and is re-raised."""
+    stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(streams, thread_name_prefix=thread_name_prefix) as pool:
-        parts = list(pool.map(part, range(streams)))
+        try:
+            futures = [pool.submit(part, i, stop=stop) for i in range(streams)]
+            parts = [f.result() for f in futures]
+        except BaseException:
+            stop.set()
+            raise
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
 

@@ -224,6 +224,10 @@ def run_sweep(args) -> int:
     except UsageError as e:
         print(f"fusedrl sweep: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\nfusedrl sweep: interrupted (a sweep writes its folder once all its runs have finished)",
+              file=sys.stderr)
+        return 130
 
 
 def _run(args) -> int:
