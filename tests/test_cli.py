@@ -624,6 +624,10 @@ def test_help_and_envs():
     code, out, _ = run_cli("envs")
     assert code == 0
     assert "CartPole-v1" in out and "Discrete(2)" in out and "Box((3,), -8..8)" in out
+    # The preset column does not depend on --gymnax (which only adds the gymnax envs' spaces).
+    marked = {line.split()[0] for line in out.splitlines()[1:] if line.endswith("  yes")}
+    assert marked == {"CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
+                      "MountainCarContinuous-v0", "gymnax:Breakout-MinAtar", "gymnax:SpaceInvaders-MinAtar"}
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C

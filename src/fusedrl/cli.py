@@ -324,7 +324,7 @@ def cmd_envs(args) -> int:
     for env_id in registered_ids(include_gymnax=True):
         gymnax = env_id.startswith("gymnax:")
         if gymnax and (not args.gymnax or "MNIST" in env_id):  # MNIST downloads a dataset
-            rows.append((env_id, "", "", ""))
+            rows.append((env_id, "", "", "yes" if has_preset(env_id) else ""))
             continue
         try:
             env, params = make(env_id)
