@@ -579,8 +579,8 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             _status(progress_file, progress, "compiling ...")
             streams = num_streams(options.num_seeds)
             summary["streams"] = streams
-            if resumed is not None and resumed.streams not in (None, streams):
-                _status(progress_file, progress,
+            if resumed is not None and resumed.streams not in (None, streams):  # said with progress off too
+                _status(progress_file, True,
                         f"note: the run trained its seeds on {resumed.streams} host thread(s) and resumes on "
                         f"{streams} (this machine's cores): other programs, so it will match the run "
                         f"uninterrupted to float32 rounding only, not bit for bit.")
