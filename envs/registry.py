@@ -17,7 +17,7 @@ def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False
 
     `factory` takes no arguments: `make`'s keyword arguments change the env's params (fields of
     its `default_params`), not how it is built. The env must follow the gymnax contract (`reset`,
-    `step`, `default_params`, spaces).
+    `step`, `default_params`, spaces): a subclass of gymnax's `Environment`, see `check_env_interface`.
     """
     if not isinstance(env_id, str) or not env_id:
         raise TypeError(f"env_id must be a non-empty string, got {env_id!r}.")
@@ -30,6 +30,24 @@ def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False
     if env_id in _REGISTRY and not overwrite:
         raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it.")
     _REGISTRY[env_id] = factory
+
+
+# What the trainer and VecEnv call on an env. gymnax's Environment (and fusedrl.envs.Environment,
+# its subclass) provides reset, step, is_truncated and name on top of a subclass's methods.
+ENV_INTERFACE = ("reset_env", "step_env", "is_truncated", "name", "observation_space", "action_space",
+                 "default_params")
+
+
+def check_env_interface(env_id: str, env: Any) -> None:
+    """TypeError naming what a registered env lacks of `ENV_INTERFACE`, and the fix."""
+    missing = [name for name in ENV_INTERFACE if not hasattr(env, name)]
+    if missing:
+        raise TypeError(
+            f"{env_id!r} built a {type(env).__name__}, which lacks {', '.join(missing)}. Subclass "
+            f"fusedrl.envs.Environment (or gymnax's Environment), which provides reset, step, is_truncated "
+            f"and name, and implement reset_env, step_env, observation_space, action_space and "
+            f"default_params."
+        )
 
 
 def registered_ids(include_gymnax: bool = True) -> list[str]:
@@ -94,6 +112,7 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
         if env_id not in _REGISTRY:
             raise _unknown(env_id, registered_ids())
         env = _REGISTRY[env_id]()
+        check_env_interface(env_id, env)
         params = env.default_params
     if overrides:
         fields = set(getattr(params, "__dataclass_fields__", {}))

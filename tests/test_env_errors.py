@@ -350,3 +350,44 @@ def test_registered_ids_prefix_every_gymnax_id():
     ids = fusedrl.registered_ids()
     assert ids[:len(ours)] == ours and "gymnax:Catch-bsuite" in ids
     assert all(i.startswith("gymnax:") for i in ids[len(ours):]) and len(ids) > len(ours)
+
+
+def test_a_registered_env_without_the_gymnax_base_class_names_what_it_lacks(private_registry):
+    # gymnax's methods alone are not enough: the trainer also calls the base class's is_truncated
+    # and name. The error names them and the fix, before anything is traced.
+    from fusedrl.envs.cartpole import CartPole
+
+    class Bare:  # gymnax's methods (CartPole's), without the base class
+        def __init__(self):
+            self.cartpole = CartPole()
+
+        @property
+        def default_params(self):
+            return self.cartpole.default_params
+
+        def reset_env(self, key, params):
+            return self.cartpole.reset_env(key, params)
+
+        def step_env(self, key, state, action, params):
+            return self.cartpole.step_env(key, state, action, params)
+
+        def observation_space(self, params):
+            return self.cartpole.observation_space(params)
+
+        def action_space(self, params):
+            return self.cartpole.action_space(params)
+
+    fusedrl.register("Bare-v0", Bare)
+    with pytest.raises(TypeError, match=r"'Bare-v0' built a Bare, which lacks is_truncated, name\. "
+                                        r"Subclass fusedrl\.envs\.Environment"):
+        fusedrl.make("Bare-v0")
+    with pytest.raises(TypeError, match="lacks is_truncated, name"):
+        fusedrl.make_train(fusedrl.PPOConfig(env_id="Bare-v0"))
+
+    class Based(Bare, fusedrl.envs.Environment):  # the same methods on the base class: accepted
+        pass
+
+    fusedrl.register("Based-v0", Based)
+    env, params = fusedrl.make("Based-v0")
+    obs, state = env.reset(jax.random.key(0), params)
+    assert env.step(jax.random.key(1), state, 0, params)[0].shape == obs.shape == (4,)
