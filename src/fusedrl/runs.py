@@ -711,7 +711,8 @@ def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_e
     """Greedy returns [num_seeds, num_episodes] of a result whose leaves have a seed axis; each seed
     gets its own key split from `key` (as `fusedrl.evaluate` does), also on the host bridge."""
     if not is_host_env_id(config.env_id):
-        returns = np.asarray(evaluate(config, result, key, num_episodes))
+        with hold_interrupt("evaluating"):  # it compiles first: see hold_interrupt
+            returns = np.asarray(evaluate(config, result, key, num_episodes))
         return returns[None] if returns.ndim == 1 else returns
     from fusedrl.bridge import evaluate as evaluate_on_host
 
