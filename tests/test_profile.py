@@ -108,3 +108,26 @@ def test_progress_cost_reports_medians_and_minimums_of_wall_and_cpu_seconds(monk
     assert "wall min    callback every 8       2.50 s   ratio 2.500 (+150.0%)" in out, out
     assert "cpu  median callback every 8       4.00 s   ratio 2.000 (+100.0%)" in out, out
     assert "cpu  min    callback every 8       2.00 s   ratio 2.000 (+100.0%)" in out, out
+
+
+def test_bridge_policy_rows_split_the_probed_policy_time(monkeypatch):
+    # "policy: dispatch" is the probed policy time net of the device compute measured apart, so
+    # the two policy rows add up to what the probe measured (the median over repeats).
+    import statistics
+
+    from fusedrl import bridge
+
+    probes = []
+
+    class RecordingProbe(bridge.Probe):
+        def __init__(self):
+            super().__init__()
+            probes.append(self)
+
+    monkeypatch.setattr(bridge, "Probe", RecordingProbe)
+    config = profile.default_config("gymnasium:CartPole-v1", num_envs=2, num_steps=8, update_epochs=1,
+                                    num_minibatches=1)
+    seconds = profile.profile_bridge(config, repeats=3)["seconds"]
+    probed = statistics.median(p.seconds["policy"] for p in probes)
+    assert len(probes) == 3 and 0 < seconds["policy: device"] <= probed
+    assert seconds["policy: device"] + seconds["policy: dispatch"] == pytest.approx(probed)
