@@ -1044,10 +1044,17 @@ def test_seeds_that_would_repeat_other_seeds_keys_are_refused(tmp_path):
     for bad in (-1, MAX_SEED + 1, 2**32, True, 1.0):
         with pytest.raises(ValueError, match=r"seed \(--seed\): expected"):
             runs.RunOptions(seed=bad)
-    with pytest.raises(ValueError, match="seed: expected a seed from 0 to 4294967294, got -1"):
-        runs.evaluate_run(tmp_path / "missing", seed=-1)
+    # evaluate's seed is the key's own seed (default: the run's seed + 1, up to MAX_SEED + 1).
+    for bad in (-1, MAX_SEED + 2, np.int64(-1)):
+        with pytest.raises(ValueError, match=f"seed: expected a seed from 0 to 4294967295, got {bad}"):
+            runs.evaluate_run(tmp_path / "missing", seed=bad)
+    for good in (MAX_SEED + 1, np.int64(3), np.uint32(3)):  # as jax.random.key takes them: not refused
+        with pytest.raises(FileNotFoundError):
+            runs.evaluate_run(tmp_path / "missing", seed=good)
     code, _, err = run_cli("evaluate", tmp_path / "missing", "--seed", "-1")
-    assert code == 2 and "argument --seed: expected a seed from 0 to 4294967294, got -1" in err, err
+    assert code == 2 and "argument --seed: expected a seed from 0 to 4294967295, got -1" in err, err
+    code, _, err = run_cli("evaluate", tmp_path / "missing", "--seed", str(MAX_SEED + 1))
+    assert "is not a fusedrl run folder" in err and "--seed" not in err, err
     # A run folder whose config.json holds such a seed names the field and the file.
     runs.write_json(tmp_path / "config.json", runs.config_document(preset("CartPole-v1"), runs.RunOptions()))
     doc = json.loads((tmp_path / "config.json").read_text())

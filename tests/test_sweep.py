@@ -840,8 +840,9 @@ def test_continue_in_pieces_stops_once_asked_with_two_pieces_in_flight(monkeypat
     with pytest.raises(KeyboardInterrupt):
         continue_in_pieces(None, advance, PIECES, stop)
     # Each piece is launched once the one two before it has ended, and none after the stop.
+    # The pieces still running are waited for (a process exiting while one runs can abort).
     assert events == [("launch", 0), ("launch", 10), ("wait", 0), ("launch", 20), ("wait", 10),
-                      ("launch", 30), ("wait", 20)]
+                      ("launch", 30), ("wait", 20), ("wait", 30)]
 
     for stop in (None, threading.Event()):  # without a stop, or one never set: every piece, joined
         events, advance = _piece_log(monkeypatch)
@@ -852,24 +853,76 @@ def test_continue_in_pieces_stops_once_asked_with_two_pieces_in_flight(monkeypat
         np.testing.assert_array_equal(out.metrics["x"][0], np.repeat([0, 10, 20, 30, 40], 10))
 
 
+@pytest.mark.parametrize("with_stop", [False, True])
+def test_continue_in_pieces_keeps_no_earlier_pieces_states(with_stop, monkeypatch):
+    # A piece's result holds its states (every run's params, optimiser and envs): keeping them all
+    # grew a long sweep's memory by pieces x states.
+    import gc
+    import weakref
+
+    from fusedrl.sweep import continue_in_pieces
+    from fusedrl.train.ppo import TrainResult
+
+    class States:
+        pass
+
+    monkeypatch.setattr(jax, "block_until_ready", lambda out: out)
+    refs = []
+
+    def advance(states, first, n):
+        gc.collect()
+        assert all(r() is None for r in refs[:-2]), f"states of earlier pieces kept at update {first}"
+        out = TrainResult(state=States(), metrics={"x": jnp.full((1, n), first)}, hparams=None)
+        refs.append(weakref.ref(out.state))
+        return out
+
+    continue_in_pieces(None, advance, PIECES, threading.Event() if with_stop else None)
+
+
 def _wait_for_stop(stop, seen, i):
     seen[i] = stop.wait(timeout=30)  # True: told to stop; False: left to run on (the bug)
     return {"x": jnp.zeros(1)}
 
 
-def test_run_shares_stops_the_other_shares_when_one_fails():
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_run_shares_stops_the_other_shares_when_one_fails(failing):
+    # Whichever share fails: not only once the shares before it have returned.
     from fusedrl.sweep import run_shares
 
     seen = {}
 
     def part(i, stop):
-        if i == 0:
-            raise ValueError("share 0 failed")
+        if i == failing:
+            time.sleep(0.1)
+            raise ValueError(f"share {i} failed")
         return _wait_for_stop(stop, seen, i)
 
-    with pytest.raises(ValueError, match="share 0 failed"):
+    with pytest.raises(ValueError, match=f"share {failing} failed"):
         run_shares(part, 3, "test")
-    assert seen == {1: True, 2: True}
+    assert seen == {i: True for i in range(3) if i != failing}
+
+
+def test_a_one_stream_sweep_holds_ctrl_c_while_compiling(monkeypatch):
+    # As the streams' compile (progress.hold_interrupt): with jax 0.10.2, `fusedrl sweep` of one run
+    # crashed at exit (exit -11/-6) in 4 of 6 Ctrl-Cs during its compile.
+    import signal
+
+    compile_, done = jax.stages.Lowered.compile, []
+
+    def ctrl_c_while_compiling(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        out = compile_(self, *args, **kwargs)
+        done.append(True)
+        return out
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", ctrl_c_while_compiling)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sweep(PPOConfig(**SMALL), 1, streams=1, lr=[3e-4])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert done == [True], "the Ctrl-C interrupted the compile"
 
 
 def test_run_shares_stops_its_shares_on_ctrl_c():

@@ -36,27 +36,36 @@ def positive_int(text: str) -> int:
 # jax.random.key(s) keeps s modulo 2**32 (without jax_enable_x64), so seeds s and s + 2**32 (or s - 2**32,
 # a negative one) are the same run; a run also uses seed + 1 (its greedy evaluation's key).
 MAX_SEED = 2**32 - 2
+# A seed given to jax.random.key as it is (`fusedrl evaluate --seed`, `evaluate_run(seed=)`): the default,
+# a run's seed + 1, is up to this.
+MAX_KEY_SEED = 2**32 - 1
 
 
-def seed_error(value: Any) -> str | None:
-    """Why `value` is not a seed fusedrl accepts (None if it is): an int from 0 to MAX_SEED."""
+def seed_error(value: Any, maximum: int = MAX_SEED) -> str | None:
+    """Why `value` is not a seed fusedrl accepts (None if it is): an int from 0 to `maximum`."""
     if not isinstance(value, int) or isinstance(value, bool):
         return f"expected an integer seed, got {value!r}"
-    if not 0 <= value <= MAX_SEED:
-        return (f"expected a seed from 0 to {MAX_SEED}, got {value}: JAX keys take 32-bit seeds (and a run's "
-                f"evaluation uses seed + 1), so a negative or larger seed would repeat another seed's keys")
+    if not 0 <= value <= maximum:
+        why = " (and a run's evaluation uses seed + 1)" if maximum == MAX_SEED else ""
+        return (f"expected a seed from 0 to {maximum}, got {value}: JAX keys take 32-bit seeds{why}, so a "
+                f"negative or larger seed would repeat another seed's keys")
     return None
 
 
-def seed_arg(text: str) -> int:
+def seed_arg(text: str, maximum: int = MAX_SEED) -> int:
     """An argparse `type` for --seed: an int from 0 to MAX_SEED (`seed_error`)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-    if (error := seed_error(value)) is not None:
+    if (error := seed_error(value, maximum)) is not None:
         raise argparse.ArgumentTypeError(error)
     return value
+
+
+def key_seed_arg(text: str) -> int:
+    """`seed_arg` for a seed used as a key's seed as it is: up to MAX_KEY_SEED."""
+    return seed_arg(text, MAX_KEY_SEED)
 
 
 # ------------------------------------------------------------------------------- --set values

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import fusedrl
-from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides, seed_arg
+from fusedrl._argtypes import UsageError, env_param_defaults, key_seed_arg, parse_overrides, seed_arg
 from fusedrl.envs import make, registered_ids, space_info
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.train.config import PPOConfig
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     e.add_argument("--episodes", type=int, metavar="N",
                    help="episodes per seed (default: the run's eval_episodes, as in summary.json)")
-    e.add_argument("--seed", type=seed_arg, metavar="S",
+    e.add_argument("--seed", type=key_seed_arg, metavar="S",
                    help="evaluation key seed (default: the run's seed + 1, the key summary.json used)")
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",

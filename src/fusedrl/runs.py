@@ -38,7 +38,7 @@ import numpy as np
 
 import fusedrl
 from fusedrl import checkpoint as ckpt
-from fusedrl._argtypes import seed_error
+from fusedrl._argtypes import MAX_KEY_SEED, seed_error
 from fusedrl._json import dumps as strict_json
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.evaluation import evaluate
@@ -644,7 +644,8 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             save_checkpoint(result)
         summary["status"] = "evaluating"
         t = time.perf_counter()
-        returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes)
+        returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes,
+                                 progress_file=progress_file)
         per_seed = returns.mean(axis=1)
         last = {k: np.asarray(result.metrics[k])[:, -1] for k in ("episode_return", "episode_length")}
         last_train = [round(float(x), 3) if e else None  # None: no episode has ended
@@ -707,11 +708,13 @@ def eval_key(options: RunOptions) -> jax.Array:
     return jax.random.key(eval_seed(options))
 
 
-def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int) -> np.ndarray:
+def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
+                   progress_file=None) -> np.ndarray:
     """Greedy returns [num_seeds, num_episodes] of a result whose leaves have a seed axis; each seed
-    gets its own key split from `key` (as `fusedrl.evaluate` does), also on the host bridge."""
+    gets its own key split from `key` (as `fusedrl.evaluate` does), also on the host bridge.
+    `progress_file`: where a Ctrl-C held while evaluating is noted (default stderr)."""
     if not is_host_env_id(config.env_id):
-        with hold_interrupt("evaluating"):  # it compiles first: see hold_interrupt
+        with hold_interrupt("evaluating", progress_file):  # it compiles first: see hold_interrupt
             returns = np.asarray(evaluate(config, result, key, num_episodes))
         return returns[None] if returns.ndim == 1 else returns
     from fusedrl.bridge import evaluate as evaluate_on_host
@@ -761,7 +764,9 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
     The defaults reproduce the run's summary.json: its eval_episodes, and the key it used
     (`jax.random.key(seed)` with the run's seed + 1).
     """
-    if seed is not None and (error := seed_error(seed)) is not None:
+    if isinstance(seed, np.integer):  # e.g. from np.arange: as jax.random.key takes it
+        seed = int(seed)
+    if seed is not None and (error := seed_error(seed, MAX_KEY_SEED)) is not None:
         raise ValueError(f"seed: {error}.")
     run_dir = Path(run_dir)
     config, options = load_run_config(run_dir)

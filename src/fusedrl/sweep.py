@@ -719,7 +719,9 @@ def sweep(
     else:
         args_keys = _global_array(run_keys, sharding, devices[0])
         args_swept = {n: _global_array(v, sharding, devices[0]) for n, v in batched.items()}
-        out = program(args_keys, args_swept, base)
+        with hold_interrupt("compiling"):  # see hold_interrupt: XLA and Ctrl-C
+            compiled = program.lower(args_keys, args_swept, base).compile()
+        out = compiled(args_keys, args_swept, base)
     if not keep_state:
         out = out.replace(state=None)
     out = _fetch_if_multihost(out)
@@ -839,16 +841,29 @@ def continue_in_pieces(states, advance: Callable, pieces: Sequence[tuple[int, in
     ended, so the device never waits for a launch), and once `stop` is set no further piece starts:
     KeyboardInterrupt is raised instead (`run_shares` sets it when another share fails or Ctrl-C
     arrives, so a sweep stops within about two pieces instead of running to its end)."""
-    outs = []
-    for first, n in pieces:
-        if stop is not None:
-            if len(outs) >= 2:
-                jax.block_until_ready(outs[-2])
-            if stop.is_set():
-                raise KeyboardInterrupt
-        outs.append(advance(states, first, n))
-        states = outs[-1].state
-    return outs[-1].replace(metrics=join_updates([o.metrics for o in outs]))
+    metrics, in_flight = [], []  # only the last two pieces' results: each holds its states
+    try:
+        for first, n in pieces:
+            if stop is not None:
+                if len(in_flight) >= 2:
+                    jax.block_until_ready(in_flight.pop(0))
+                if stop.is_set():
+                    raise KeyboardInterrupt
+            out = advance(states, first, n)
+            states = out.state
+            metrics.append(out.metrics)
+            if stop is not None:
+                in_flight.append(out)
+    except BaseException:
+        # Leave no piece running: a process that exits while one runs (Ctrl-C, then exit 130)
+        # can abort ("terminate called without an active exception", jax 0.10.2).
+        for out in in_flight:
+            try:
+                jax.block_until_ready(out)
+            except Exception:  # e.g. its callback stopped it: the error raised here says enough
+                pass
+        raise
+    return out.replace(metrics=join_updates(metrics))
 
 
 def join_updates(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -906,10 +921,16 @@ def run_shares(part: Callable[[int, threading.Event], Any], streams: int, thread
     with concurrent.futures.ThreadPoolExecutor(streams, thread_name_prefix=thread_name_prefix) as pool:
         try:
             futures = [pool.submit(part, i, stop=stop) for i in range(streams)]
-            parts = [f.result() for f in futures]
-        except BaseException:
+            # As soon as any part fails (not only once the parts before it have returned).
+            done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+        except BaseException:  # Ctrl-C while starting the parts or waiting for them
             stop.set()
             raise
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:  # the first failure itself, not the KeyboardInterrupt `stop` gives the others
+            stop.set()
+            failed[0].result()
+        parts = [f.result() for f in futures]
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
 
