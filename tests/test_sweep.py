@@ -904,7 +904,7 @@ def test_run_shares_stops_the_other_shares_when_one_fails(failing):
 
 def test_a_one_stream_sweep_holds_ctrl_c_while_compiling(monkeypatch):
     # As the streams' compile (progress.hold_interrupt): with jax 0.10.2, `fusedrl sweep` of one run
-    # crashed at exit (exit -11/-6) in 4 of 6 Ctrl-Cs during its compile.
+    # crashed at exit (exit -11/-6) in 5 of 6 Ctrl-Cs during its compile (helper-31, before the hold).
     import signal
 
     compile_, done = jax.stages.Lowered.compile, []

@@ -53,7 +53,7 @@ def seed_error(value: Any, maximum: int = MAX_SEED) -> str | None:
 
 
 def seed_arg(text: str, maximum: int = MAX_SEED) -> int:
-    """An argparse `type` for --seed: an int from 0 to MAX_SEED (`seed_error`)."""
+    """An argparse `type` for --seed: an int from 0 to `maximum` (`seed_error`)."""
     try:
         value = int(text)
     except ValueError:
