@@ -909,6 +909,28 @@ def test_progress_ends_on_the_last_update_between_callbacks(tmp_path):
     assert last["policy_loss"] == pytest.approx(float(run.result.metrics["policy_loss"][0, -1]))
 
 
+@contextlib.contextmanager
+def pythons_sigint_handler():
+    """Python's own SIGINT handler (KeyboardInterrupt), as in a shell, whatever pytest installed."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def ctrl_c_first(function, done: list):
+    """`function`, called after a Ctrl-C (a SIGINT to this process, whose handler runs at once);
+    `done` gets True when it has run to its end."""
+    def ctrl_c_then_call(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        out = function(*args, **kwargs)
+        done.append(True)
+        return out
+
+    return ctrl_c_then_call
+
+
 @pytest.mark.parametrize("progress_every", [0, 1000])  # no callback: off, or past the last update
 def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch, tmp_path):
     # The first Ctrl-C asks for a stop at the next callback (interrupt_guard); with none to come it
@@ -926,36 +948,21 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
         return train, run_after_ctrl_c, seconds
 
     monkeypatch.setattr(runs, "_compiled", ctrl_c_as_training_starts)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a shell
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=progress_every,
-                           progress_file=io.StringIO())
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with pythons_sigint_handler(), pytest.raises(KeyboardInterrupt):
+        runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=progress_every,
+                       progress_file=io.StringIO())
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
 
 
 def test_ctrl_c_while_compiling_is_held_until_the_compile_ends(monkeypatch, tmp_path):
     # With jax 0.10.2 a Ctrl-C inside XLA's compile abandons it and the interpreter crashes at exit
     # (progress.hold_interrupt). The Ctrl-C must reach neither the compile nor the code around it.
-    compiled, done = runs._compiled, []
-
-    def ctrl_c_while_compiling(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler at once, here
-        out = compiled(*args, **kwargs)
-        done.append(True)
-        return out
-
-    monkeypatch.setattr(runs, "_compiled", ctrl_c_while_compiling)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a shell
-    err = io.StringIO()
-    try:
+    done, err = [], io.StringIO()
+    monkeypatch.setattr(runs, "_compiled", ctrl_c_first(runs._compiled, done))
+    with pythons_sigint_handler():
         with pytest.raises(KeyboardInterrupt):
             runs.train_run(FIVE_UPDATES, tmp_path / "run", eval_episodes=2, progress_file=err)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
-    finally:
-        signal.signal(signal.SIGINT, previous)
     assert done == [True], "the Ctrl-C interrupted the compile"
     assert "Ctrl-C: stopping once compiling ends" in err.getvalue(), err.getvalue()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -966,21 +973,10 @@ def test_ctrl_c_while_evaluating_on_device_is_held_until_it_ends(trained, monkey
     # Evaluation compiles too: without the hold, 1 of 6 runs of 2 seeds Ctrl-C'd while evaluating
     # crashed at exit (jax 0.10.2).
     config, run, *_ = trained
-    evaluate, done = runs.evaluate, []
-
-    def ctrl_c_then_evaluate(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)
-        out = evaluate(*args, **kwargs)
-        done.append(True)
-        return out
-
-    monkeypatch.setattr(runs, "evaluate", ctrl_c_then_evaluate)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            runs.evaluate_seeds(config, run.result, jax.random.key(0), 2)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    done = []
+    monkeypatch.setattr(runs, "evaluate", ctrl_c_first(runs.evaluate, done))
+    with pythons_sigint_handler(), pytest.raises(KeyboardInterrupt):
+        runs.evaluate_seeds(config, run.result, jax.random.key(0), 2)
     assert done == [True] and "Ctrl-C: stopping once evaluating ends" in capsys.readouterr().err
 
 
