@@ -201,6 +201,34 @@ def test_save_replaces_atomically(runs, tmp_path):
     assert (target / "meta.json").is_file()
 
 
+def test_ctrl_c_during_a_save_is_held_until_the_checkpoint_is_complete(runs, tmp_path, monkeypatch, capsys):
+    # A Ctrl-C inside orbax's save could leave Python unable to exit (it waited on orbax's threads).
+    # It now lands after the save: a whole checkpoint, then the interrupt.
+    import signal
+
+    config, _, half, _ = runs
+    write, done = ckpt._write, []
+
+    def ctrl_c_while_writing(*args):
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs at once, here, if not held
+        write(*args)
+        done.append(True)
+
+    monkeypatch.setattr(ckpt, "_write", ctrl_c_while_writing)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ckpt.save(tmp_path / "checkpoint", config, half.state, half.hparams)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert done == [True], "the Ctrl-C interrupted the save"
+    assert "Ctrl-C: stopping once saving the checkpoint ends" in capsys.readouterr().err
+    _, restored, _, _ = ckpt.restore(tmp_path / "checkpoint")
+    for name, value in _leaves(half.state).items():
+        np.testing.assert_array_equal(_leaves(restored)[name], value, err_msg=name)
+
+
 @pytest.mark.parametrize("make_key", [lambda: jax.random.key(5, impl="rbg"), lambda: jax.random.PRNGKey(5)],
                          ids=["rbg", "legacy uint32"])
 def test_other_key_kinds_save_and_restore(make_key, tmp_path):

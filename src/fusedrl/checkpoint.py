@@ -11,7 +11,8 @@ A checkpoint is a directory:
 It holds the `RunnerState` (params, optimiser state, env states with their reset pool and keys,
 observation/reward normaliser statistics, the update counter) and the `Hyperparams` it trained
 with, so `train.run(state, hparams, n)` continues the run bit for bit. The directory is written
-next to its final place and renamed into it, so an interrupted save leaves no partial checkpoint.
+next to its final place and renamed into it, so a failed save leaves no partial checkpoint; a
+Ctrl-C during a save is held until the save ends (`fusedrl.progress.hold_interrupt`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl._json import dumps as strict_json
+from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import RunnerState, make_train
 
@@ -93,9 +95,19 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
         "extra": dict(extra or {}),
         "metrics": None if metrics is None else sorted(metrics),
     }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A Ctrl-C inside orbax's save abandons it: its threads then log tracebacks at exit ("cannot
+    # schedule new futures after shutdown"), and Python's exit can wait forever on orbax threads that
+    # wait for a signal from the abandoned save (8 of 17 interrupted saves never exited, 1 aborted).
+    with hold_interrupt("saving the checkpoint"):
+        _write(path, arrays, meta, metrics)
+    return path
+
+
+def _write(path: Path, arrays, meta, metrics) -> None:
+    """`save`'s writing: to a temporary directory beside `path`, then renamed into it."""
     import orbax.checkpoint as ocp
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     umask = os.umask(0)
     os.umask(umask)
@@ -119,7 +131,6 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
 
 
 def _version() -> str:
