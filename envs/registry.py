@@ -11,6 +11,17 @@ GYMNASIUM_PREFIX = "gymnasium:"  # the host bridge's (envs/host.py)
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
+#: Called with the env id whenever `register` adds or replaces an env: modules that cache compiled
+#: programs per `PPOConfig` (which names the env by id only) drop them, so that a replaced env is
+#: never trained or evaluated through a program built from the env it replaced.
+_ON_REGISTER: list[Callable[[str], None]] = []
+
+
+def on_register(hook: Callable[[str], None]) -> Callable[[str], None]:
+    """Adds `hook(env_id)`, called after every `register` (see `_ON_REGISTER`); returns it."""
+    _ON_REGISTER.append(hook)
+    return hook
+
 
 def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False) -> None:
     """Registers `factory() -> env` under `env_id`, for `fusedrl.make(env_id, **overrides)`.
@@ -30,6 +41,8 @@ def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False
     if env_id in _REGISTRY and not overwrite:
         raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it.")
     _REGISTRY[env_id] = factory
+    for hook in _ON_REGISTER:
+        hook(env_id)
 
 
 # What the trainer and VecEnv call on an env. gymnax's Environment (and fusedrl.envs.Environment,

@@ -948,3 +948,43 @@ def test_run_shares_stops_its_shares_on_ctrl_c():
     finally:
         signal.signal(signal.SIGINT, previous)
     assert seen == {0: True, 1: True}
+
+
+def test_a_replaced_env_is_never_run_through_the_programs_of_the_env_it_replaced(monkeypatch, tmp_path):
+    # The compiled programs of evaluate, train_run and sweep are cached per PPOConfig, which names
+    # its env by id only: an env registered again under that id (overwrite=True) was still trained
+    # and evaluated through the old env's programs, silently.
+    import fusedrl
+    from fusedrl.envs import registry
+    from fusedrl.envs.cartpole import CartPole
+    from fusedrl.runs import train_run
+
+    class Louder(CartPole):  # CartPole, rewards x100: the first rollout's returns are 100x, exactly
+        def step_env(self, key, state, action, params):
+            obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+            return obs, state, 100.0 * reward, terminated, info
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    config = PPOConfig(**{**SMALL, "env_id": "Replaced-v0", "num_steps": 64, "total_timesteps": 4 * 64 * 2})
+
+    def first_returns(evaluated=None):
+        run = train_run(config, num_seeds=1, eval_episodes=3, progress=False)
+        # In pieces (one per update), the other program of train_run.
+        pieces = train_run(config, tmp_path / str(evaluated is None), num_seeds=1, eval_episodes=3,
+                           progress=False, checkpoint_every=1)
+        swept = sweep(config, 1)
+        assert run.result.metrics["episodes_completed"][0, 0] > 0  # returns to compare
+        # Evaluation: of one result, the first run's (each run's agent learnt from its rewards).
+        evaluated = run.result if evaluated is None else evaluated
+        returns = [run.result.metrics["episode_return"][0, 0], pieces.result.metrics["episode_return"][0, 0],
+                   swept.metrics["episode_return"][0, 0],
+                   fusedrl.evaluate(config, evaluated, jax.random.key(3), num_episodes=3)]
+        return returns, evaluated
+
+    fusedrl.register("Replaced-v0", CartPole)
+    quiet, result = first_returns()
+    fusedrl.register("Replaced-v0", Louder, overwrite=True)
+    loud, _ = first_returns(result)
+    names = ["train_run", "train_run in pieces", "sweep", "evaluate"]
+    for what, q, lo in zip(names, quiet, loud, strict=True):
+        np.testing.assert_allclose(lo, 100 * np.asarray(q), rtol=1e-6, err_msg=what)

@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from fusedrl.envs.registry import on_register
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import PPO, TrainResult, make_train
 
@@ -41,6 +42,9 @@ def evaluate(
 def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
     trainer = make_train(config)
     return jax.jit(functools.partial(_evaluate_any, trainer, num_episodes=num_episodes, greedy=greedy))
+
+
+on_register(lambda env_id: _evaluator.cache_clear())  # a replaced env: rebuild the evaluator
 
 
 def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool):

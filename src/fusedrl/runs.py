@@ -41,6 +41,7 @@ from fusedrl import checkpoint as ckpt
 from fusedrl._argtypes import MAX_KEY_SEED, seed_error
 from fusedrl._json import dumps as strict_json
 from fusedrl.envs.host import is_host_env_id, jax_instead
+from fusedrl.envs.registry import on_register
 from fusedrl.evaluation import evaluate
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
 from fusedrl.progress import (
@@ -281,6 +282,14 @@ def checkpoint_segments(num_updates: int, checkpoint_every: int, start: int = 0)
 
 
 _COMPILED: dict[tuple, Any] = {}
+
+
+@on_register
+def _forget_programs(env_id: str) -> None:
+    """A (re-)registered env id: drop the programs built for the env it may replace."""
+    _program.cache_clear()
+    _pieces_program.cache_clear()
+    _COMPILED.clear()
 
 
 def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,

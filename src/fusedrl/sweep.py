@@ -76,6 +76,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fusedrl.envs.host import is_host_env_id, jax_instead
+from fusedrl.envs.registry import on_register
 from fusedrl.plotting import seed_statistics
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
@@ -1001,6 +1002,9 @@ def _program(config, swept, devices, key_impl, callback, callback_every, mapped=
     # run-varying values, which the varying-axis type check would reject; nothing here communicates.
     sharded = jax.shard_map(runs, mesh=mesh, in_specs=(spec, spec, P()), out_specs=spec, check_vma=False)
     return jax.jit(sharded), NamedSharding(mesh, spec)
+
+
+on_register(lambda env_id: _program.cache_clear())  # a replaced env: rebuild its sweep programs
 
 
 def _global_array(x: np.ndarray, sharding, device: jax.Device):
