@@ -5,6 +5,7 @@ import functools
 import json
 import logging
 import os
+import re
 
 import chex
 import jax
@@ -254,6 +255,26 @@ def test_hparams_type_is_checked(small):
     _, train, _, _ = small
     with pytest.raises(TypeError, match="Hyperparams"):
         train(jax.random.key(0), {"lr": 1e-3})
+
+
+def test_hparams_of_the_wrong_shape_are_refused_with_the_vmap_that_fits(small):
+    # Shape (3,) failed as an opaque broadcasting error deep in Adam; shape (1,) trained, silently
+    # giving metrics of shape [num_updates, 1]. The error's in_axes recipe must work as written.
+    config, train, _, _ = small
+    hp, key = config.hparams(), jax.random.key(0)
+    lrs = hp.replace(lr=jnp.array([1e-4, 3e-4, 1e-3]))
+    gravities = hp.replace(env_params=hp.env_params.replace(gravity=jnp.array([9.8, 12.0])))
+    recipes, ones = {}, hp.replace(gamma=jnp.ones(1))
+    for bad, name in [(lrs, "lr"), (ones, "gamma"), (gravities, "env_params.gravity")]:
+        message = rf"hparams\.{name} has shape \(\d+,\), expected \(\) for one run"
+        with pytest.raises(ValueError, match=message) as e:
+            jax.eval_shape(train, key, bad)
+        recipes[name] = re.search(r"with (axes = .*?) \(in_axes", str(e.value)).group(1)
+    for bad, name, runs in [(lrs, "lr", 3), (gravities, "env_params.gravity", 2)]:
+        scope = {"jax": jax, "hparams": hp}
+        exec(recipes[name], scope)  # the error's own recipe for in_axes
+        out = jax.eval_shape(jax.vmap(train, in_axes=(None, scope["axes"])), key, bad)
+        assert out.metrics["episode_return"].shape == (runs, config.num_updates), name
 
 
 def test_memory_does_not_grow_with_total_timesteps():

@@ -252,6 +252,7 @@ class PPO:
                 f"hparams must be a fusedrl Hyperparams (config.hparams() or train.default_hparams()), "
                 f"got {type(hparams).__name__}."
             )
+        _check_hparams_shapes(hparams, self.default_hparams())
         return hparams
 
     # ------------------------------------------------------------------------------------ init
@@ -512,6 +513,33 @@ class PPO:
     def __call__(self, key: jax.Array, hparams: Hyperparams | None = None) -> TrainResult:
         hparams = self._check_hparams(hparams)
         return self.run(self.init(key, hparams), hparams)
+
+
+def _check_hparams_shapes(hparams: Hyperparams, default: Hyperparams) -> None:
+    """Trace-time check (static shapes, no runtime cost) that every leaf of one run's `hparams` has
+    the shape of the default's (a scalar for every PPO hyperparameter). Under `jax.vmap` the leaves
+    are seen per run, so a leading vmapped axis passes; an unbatched array of values does not, and
+    would otherwise fail later as an opaque broadcasting error (or, for shape (1,), silently give
+    metrics of shape [num_updates, 1])."""
+    got = jax.tree_util.tree_leaves_with_path(hparams)
+    want = jax.tree.leaves(default)
+    if len(got) != len(want):
+        raise TypeError(
+            f"hparams has {len(got)} leaves, the defaults {len(want)}: build it from "
+            f"config.hparams() (or train.default_hparams()) with .replace(...)."
+        )
+    for (path, g), w in zip(got, want, strict=True):
+        if jnp.shape(g) != jnp.shape(w):
+            name = jax.tree_util.keystr(path).lstrip(".")
+            field = name.split(".")[-1]
+            axes = "axes = jax.tree.map(lambda _: None, hparams)"
+            axes += (f"; axes = axes.replace(env_params=axes.env_params.replace({field}=0))" if "." in name
+                     else f".replace({field}=0)")
+            raise ValueError(
+                f"hparams.{name} has shape {jnp.shape(g)}, expected {jnp.shape(w)} for one run. To train "
+                f"several values at once, vmap over them: jax.vmap(train, in_axes=(None, axes)) with "
+                f"{axes} (in_axes=(0, axes) for a seed each too), or fusedrl.sweep(config, {field}=[...])."
+            )
 
 
 def _unless(stopped, old, new):
