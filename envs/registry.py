@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,42 @@ def check_env_interface(env_id: str, env: Any) -> None:
             f"fusedrl.envs.Environment (or gymnax's Environment), which provides reset, step, is_truncated "
             f"and name, and implement reset_env, step_env, observation_space, action_space and "
             f"default_params."
+        )
+    # gymnax's base class defines reset_env/step_env only to raise a bare NotImplementedError while
+    # tracing; say which one the env did not implement (e.g. a `step` override in its place).
+    from gymnax.environments import environment
+
+    base = environment.Environment
+    not_overridden = [name for name in ("reset_env", "step_env")
+                      if getattr(type(env), name, None) is getattr(base, name)]
+    if not_overridden:
+        raise TypeError(
+            f"{env_id!r} built a {type(env).__name__}, which does not implement "
+            f"{' and '.join(not_overridden)}. The learners call reset_env(key, params) -> (obs, state) "
+            f"and step_env(key, state, action, params) -> (obs, state, reward, terminated, info) on "
+            f"each env, and take truncation from is_truncated(state, params) (by default "
+            f"state.time >= params.max_steps_in_episode); the env's own reset/step are not used."
+        )
+
+
+def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
+    """Warns when a registered env's params inherit gymnax's `EnvParams.max_steps_in_episode = 1`
+    and its truncation rule is gymnax's default: every episode would then be cut after one step,
+    silently (training runs, `episode_length` is 1)."""
+    from gymnax.environments import environment
+
+    if getattr(type(env), "is_truncated", None) is not environment.Environment.is_truncated:
+        return
+    own = any("max_steps_in_episode" in vars(c).get("__annotations__", {})
+              for c in type(params).__mro__ if c is not environment.EnvParams)
+    if not own and getattr(params, "max_steps_in_episode", None) == 1:  # not overridden in make either
+        warnings.warn(
+            f"{env_id}: {type(params).__name__} does not set max_steps_in_episode, so it inherits "
+            f"gymnax's EnvParams default of 1: every episode is truncated after one step. Declare "
+            f"`max_steps_in_episode: int = <time limit>` in {type(params).__name__} (or override "
+            f"is_truncated).",
+            UserWarning,
+            stacklevel=3,
         )
 
 
@@ -135,4 +172,6 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
                 f"{env_id}: unknown env param(s) {bad}; valid params are {sorted(fields)}."
             )
         params = params.replace(**overrides)
+    if not env_id.startswith(GYMNAX_PREFIX):
+        _warn_inherited_time_limit(env_id, env, params)  # an override may set the time limit
     return env, params

@@ -142,7 +142,7 @@ class VecEnv:
             _check_draws(draws, state, n)
         if getattr(env, "deterministic_step", False):
             step_fn = jax.vmap(lambda s, a: env.step_env(None, s, a, params))
-            obs_st, env_state, reward, terminated, info = step_fn(state.env_state, action)
+            obs_st, env_state, reward, terminated, info = _five(env, step_fn(state.env_state, action))
         else:
             if draws is not None:
                 step_keys = draws.step_keys
@@ -150,8 +150,8 @@ class VecEnv:
                 key, k_step = jax.random.split(key)
                 step_keys = jax.random.split(k_step, n)
             step_fn = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
-            obs_st, env_state, reward, terminated, info = step_fn(
-                step_keys, state.env_state, action, params
+            obs_st, env_state, reward, terminated, info = _five(
+                env, step_fn(step_keys, state.env_state, action, params)
             )
         truncated = jax.vmap(env.is_truncated, in_axes=(0, None))(env_state, params)
         _check_step_outputs(env, params, obs_st, reward, terminated, truncated, state.pool_obs)
@@ -186,6 +186,19 @@ class VecEnv:
         env_state = tree_select(done, pool_state, env_state)
         new_state = VecEnvState(env_state, pool_obs, pool_state, fresh & ~done, key)
         return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
+
+
+def _five(env, out):
+    """`step_env`'s output, checked to be gymnax's 5-tuple (obs, state, reward, terminated, info)."""
+    if not isinstance(out, tuple) or len(out) != 5:
+        got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+        raise ValueError(
+            f"{type(env).__name__}.step_env returned {got}, expected gymnax's 5-tuple (obs, state, "
+            f"reward, terminated, info). Truncation is not returned by step_env: it comes from "
+            f"is_truncated(state, params), by default state.time >= params.max_steps_in_episode "
+            f"(override is_truncated for another rule)."
+        )
+    return out
 
 
 def _check_step_outputs(env, params, obs, reward, terminated, truncated, reset_obs):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -278,6 +279,23 @@ def test_non_scalar_reward_or_flags_name_the_field(call, field, value, shape):
         _vec_calls(env, params)[call]()
 
 
+class SixOutputs(fusedrl.envs.CartPole):
+    """step_env returning the 6-tuple of `step` (with truncated), not gymnax's 5-tuple."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, state, reward, terminated, jnp.asarray(False), info
+
+
+@pytest.mark.parametrize("call", ["step", "step with draws"])
+def test_step_env_returning_truncated_names_the_method_and_the_truncation_rule(call):
+    # Before: "too many values to unpack (expected 5)", naming neither the env nor the method.
+    _, params = fusedrl.make("CartPole-v1")
+    expected = "SixOutputs.step_env returned a 6-tuple, expected gymnax's 5-tuple (obs, state, reward"
+    with pytest.raises(ValueError, match=re.escape(expected) + ".*comes from is_truncated"):
+        _vec_calls(SixOutputs(), params)[call]()
+
+
 def test_observation_dtype_of_step_must_match_reset():
     env = _step_output("obs", lambda o: o.astype(jnp.int32))
     _, params = fusedrl.make("CartPole-v1")
@@ -391,3 +409,63 @@ def test_a_registered_env_without_the_gymnax_base_class_names_what_it_lacks(priv
     env, params = fusedrl.make("Based-v0")
     obs, state = env.reset(jax.random.key(0), params)
     assert env.step(jax.random.key(1), state, 0, params)[0].shape == obs.shape == (4,)
+
+
+def test_a_registered_env_that_overrides_step_instead_of_step_env_names_the_method(private_registry):
+    # gymnax's base step_env raises a bare NotImplementedError while tracing; say which method.
+    from fusedrl.envs.cartpole import CartPole
+
+    class OwnStep(fusedrl.envs.Environment):  # CartPole's methods, but `step` in place of step_env
+        default_params = property(lambda self: CartPole().default_params)
+        reset_env = CartPole.reset_env
+        observation_space = CartPole.observation_space
+        action_space = CartPole.action_space
+
+        def step(self, key, state, action, params=None):
+            return CartPole().step(key, state, action, params)
+
+    fusedrl.register("OwnStep-v0", OwnStep)
+    with pytest.raises(TypeError, match=r"'OwnStep-v0' built a OwnStep, which does not implement step_env\. "
+                                        r"The learners call reset_env"):
+        fusedrl.make("OwnStep-v0")
+
+
+def test_params_that_inherit_gymnax_one_step_time_limit_warn(private_registry):
+    # gymnax's EnvParams.max_steps_in_episode defaults to 1: a params class that does not set it
+    # truncated every episode after one step, silently (episode_length 1 throughout training).
+    from flax import struct
+
+    from fusedrl.envs.cartpole import CartPole, CartPoleParams
+
+    def with_params(params, **methods):
+        return type("Env", (CartPole,), {"default_params": property(lambda self: params), **methods})
+
+    @struct.dataclass
+    class Inherits(fusedrl.envs.EnvParams):
+        gravity: float = 9.8
+        masscart: float = 1.0
+        masspole: float = 0.1
+        total_mass: float = 1.1
+        length: float = 0.5
+        polemass_length: float = 0.05
+        force_mag: float = 10.0
+        tau: float = 0.02
+        theta_threshold_radians: float = 12 * 2 * np.pi / 360
+        x_threshold: float = 2.4
+
+    @struct.dataclass
+    class SetsOne(Inherits):
+        max_steps_in_episode: int = 1  # one-step episodes on purpose (a bandit): no warning
+
+    fusedrl.register("Inherits-v0", with_params(Inherits()))
+    with pytest.warns(UserWarning, match=r"Inherits-v0: Inherits does not set max_steps_in_episode, so it "
+                                         r"inherits gymnax's EnvParams default of 1"):
+        fusedrl.make("Inherits-v0")
+    own_rule = with_params(Inherits(), is_truncated=lambda self, state, params: state.time >= 9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fusedrl.make("Inherits-v0", max_steps_in_episode=200)  # the time limit given to make
+        for name, env in [("SetsOne-v0", with_params(SetsOne())), ("OwnRule-v0", own_rule),
+                          ("CartPole-like-v0", with_params(CartPoleParams()))]:
+            fusedrl.register(name, env)
+            fusedrl.make(name)
