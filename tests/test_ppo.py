@@ -777,6 +777,35 @@ def test_evaluate_reports_each_envs_first_episode(small):
     np.testing.assert_allclose(np.asarray(run(obs, state)), want, rtol=1e-6)
 
 
+def test_evaluate_max_steps_bounds_the_loop_and_reports_unfinished_episodes_as_nan(small):
+    # Without a bound, an episode that never ends (an env whose time limit does not work) kept
+    # evaluate running forever. With max_steps, episodes unfinished by then report NaN.
+    from fusedrl.envs import VecEnv
+    from fusedrl.envs.wrappers import EpisodeStatistics
+    from fusedrl.evaluation import episode_returns
+
+    config, train, _, result = small
+    env = _episode_lengths_env()  # episodes of 2 or 12 steps
+    venv = EpisodeStatistics(VecEnv(env, 32))
+    obs, state = venv.reset(jax.random.key(1), env.default_params)
+    first = state.inner.env_state
+    short, want = np.asarray(first.k) == 2, np.asarray(first.k * first.r)
+    hparams = result.hparams.replace(env_params=env.default_params)
+    for max_steps in [2, 11, 12, None]:
+        got = np.asarray(jax.jit(lambda o, s, m=max_steps: episode_returns(
+            train, result.replace(hparams=hparams), venv, o, s, jax.random.key(2), True, m))(obs, state))
+        done = short | (max_steps is None or max_steps >= 12)
+        np.testing.assert_allclose(got[done], want[done], rtol=1e-6, err_msg=str(max_steps))
+        assert np.isnan(got[~done]).all() and (~done).any() == (max_steps in (2, 11)), max_steps
+    key = jax.random.key(1)
+    full = np.asarray(fusedrl.evaluate(config, result, key, num_episodes=4))
+    np.testing.assert_array_equal(fusedrl.evaluate(config, result, key, 4, max_steps=500), full)
+    cut = np.asarray(fusedrl.evaluate(config, result, key, 4, max_steps=int(full.min()) - 1))  # CartPole:
+    assert np.isnan(cut[full == full.min()]).all()  # an episode's return is its length
+    with pytest.raises(ValueError, match="max_steps must be >= 1"):
+        fusedrl.evaluate(config, result, jax.random.key(1), 4, max_steps=0)
+
+
 def _greedy_returns_by_hand(train, result, key, n, observe=lambda obs: obs):
     """What the policy's mode earns from each of the n start states `evaluate` draws with `key`,
     stepping the raw env one episode at a time; `observe` maps the env's observation [1, ...] to

@@ -19,6 +19,7 @@ def evaluate(
     num_episodes: int = 64,
     *,
     greedy: bool = True,
+    max_steps: int | None = None,
 ) -> jax.Array:
     """Returns of `num_episodes` episodes of the trained policy, float32 [num_episodes].
 
@@ -27,27 +28,37 @@ def evaluate(
     frozen; returns are raw (never reward-normalised). Actions are the policy's mode when `greedy`,
     else samples.
 
+    The loop runs until every episode has ended, so it does not return if some episode never ends
+    (an env without a working time limit, e.g. `max_steps_in_episode` never reached, and a policy
+    that never reaches a terminal state). `max_steps` bounds it: after that many steps, episodes
+    that have not ended report NaN.
+
     `result` may come from `jax.vmap(train)` (a leading seed axis on every leaf): then the returns
     have shape [num_seeds, num_episodes], one row per seed, each with its own key.
 
-    The whole evaluation is one jitted program, compiled once per (config, num_episodes, greedy)
-    and result shape, so an eager call costs one compile rather than one per operation.
+    The whole evaluation is one jitted program, compiled once per (config, num_episodes, greedy,
+    max_steps) and result shape, so an eager call costs one compile rather than one per operation.
     """
     if int(num_episodes) < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}.")
-    return _evaluator(config, int(num_episodes), bool(greedy))(result, key)
+    if max_steps is not None and int(max_steps) < 1:
+        raise ValueError(f"max_steps must be >= 1 (or None: until every episode ends), got {max_steps}.")
+    max_steps = None if max_steps is None else int(max_steps)
+    return _evaluator(config, int(num_episodes), bool(greedy), max_steps)(result, key)
 
 
 @functools.lru_cache(maxsize=16)
-def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
+def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool, max_steps: int | None = None):
     trainer = make_train(config)
-    return jax.jit(functools.partial(_evaluate_any, trainer, num_episodes=num_episodes, greedy=greedy))
+    return jax.jit(functools.partial(_evaluate_any, trainer, num_episodes=num_episodes, greedy=greedy,
+                                     max_steps=max_steps))
 
 
 on_register(lambda env_id: _evaluator.cache_clear())  # a replaced env: rebuild the evaluator
 
 
-def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool):
+def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool,
+                  max_steps: int | None = None):
     """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
     seed_axes = _check_fits(trainer.config, result, single_state)  # 1: vmapped, one agent per seed
@@ -58,8 +69,8 @@ def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episode
         result = result.replace(state=result.state.replace(env_state=shard0))
     if seed_axes == 1:
         keys = jax.random.split(key, jax.tree.leaves(result.params)[0].shape[0])
-        return jax.vmap(lambda r, k: _evaluate(trainer, r, k, num_episodes, greedy))(result, keys)
-    return _evaluate(trainer, result, key, num_episodes, greedy)
+        return jax.vmap(lambda r, k: _evaluate(trainer, r, k, num_episodes, greedy, max_steps))(result, keys)
+    return _evaluate(trainer, result, key, num_episodes, greedy, max_steps)
 
 
 def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> int:
@@ -100,9 +111,10 @@ def _layers(params) -> list[str]:
     return sorted(params["params"]) if "params" in params else sorted(params)
 
 
-def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy: bool):
+def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy: bool,
+              max_steps: int | None = None):
     venv, obs, env_state, key = eval_reset(trainer, result, key, num_episodes)
-    return episode_returns(trainer, result, venv, obs, env_state, key, greedy)
+    return episode_returns(trainer, result, venv, obs, env_state, key, greedy, max_steps)
 
 
 def eval_reset(trainer: PPO, result: TrainResult, key, num_episodes: int):
@@ -119,25 +131,28 @@ def eval_reset(trainer: PPO, result: TrainResult, key, num_episodes: int):
     return venv, obs, env_state, key
 
 
-def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key, greedy: bool):
+def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key, greedy: bool,
+                    max_steps: int | None = None):
     """Each env's first-episode return [venv.num_envs] of `result`'s policy, from the reset
-    (`obs`, `env_state`) of `eval_reset`: the loop `evaluate` runs."""
+    (`obs`, `env_state`) of `eval_reset`: the loop `evaluate` runs. With `max_steps`, at most that
+    many steps; episodes that have not ended by then report NaN."""
     hparams, params, num_episodes = result.hparams, result.params, venv.num_envs
     zeros = jnp.zeros(num_episodes, jnp.float32)
     finished = jnp.zeros(num_episodes, bool)
 
     def cond(carry):
-        return ~jnp.all(carry[4])
+        going = ~jnp.all(carry[4])
+        return going if max_steps is None else going & (carry[5] < max_steps)
 
     def body(carry):
-        env_state, obs, key, returns, finished = carry
+        env_state, obs, key, returns, finished, t = carry
         key, k_act = jax.random.split(key)
         pi, _ = trainer.network.apply(params, obs)
         action = pi.mode() if greedy else pi.sample(k_act)
         obs, env_state, _, _, _, info = venv.step(env_state, action, hparams.env_params)
         first = info["episode_done"] & ~finished
         returns = jnp.where(first, info["episode_return"], returns)
-        return env_state, obs, key, returns, finished | info["episode_done"]
+        return env_state, obs, key, returns, finished | info["episode_done"], t + 1
 
-    carry = jax.lax.while_loop(cond, body, (env_state, obs, key, zeros, finished))
-    return carry[3]
+    carry = jax.lax.while_loop(cond, body, (env_state, obs, key, zeros, finished, jnp.int32(0)))
+    return jnp.where(carry[4], carry[3], jnp.nan)
