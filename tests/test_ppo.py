@@ -698,14 +698,15 @@ def test_evaluate_names_what_differs_from_the_training_config(small, seeds8, cha
             fusedrl.evaluate(config.replace(**change), trained, jax.random.key(1), num_episodes=2)
         for w in [*words, "result does not fit config", "the PPOConfig the result was trained with"]:
             assert w in str(info.value), (w, str(info.value))
-    # Two leading axes are no seed axis.
+    # Two leading axes (a sweep's [seed, *axes]): the runs flattened, as one seed axis.
     stacked = jax.tree.map(lambda x: x[None], seeds8[1])
-    with pytest.raises(ValueError, match=r"has shape \(1, 8, 16\)"):
-        fusedrl.evaluate(config, stacked, jax.random.key(1), num_episodes=2)
+    returns = fusedrl.evaluate(config, stacked, jax.random.key(1), num_episodes=2)
+    flat = fusedrl.evaluate(config, seeds8[1], jax.random.key(1), num_episodes=2)
+    assert returns.shape == (1, 8, 2) and np.array_equal(returns[0], flat)
     # A seed axis on some parameters only.
     params = result.params["params"]
     mixed = {"params": {**params, "actor_0": {**params["actor_0"], "bias": params["actor_0"]["bias"][None]}}}
-    with pytest.raises(ValueError, match="mix leaves with and without a leading seed axis"):
+    with pytest.raises(ValueError, match="mix leaves with different numbers of leading seed/run axes"):
         fusedrl.evaluate(config, result.replace(state=result.state.replace(params=mixed)), jax.random.key(1),
                          num_episodes=2)
 

@@ -88,6 +88,24 @@ def test_slices_equal_single_runs(swept):
                                                             jax.tree.leaves(other.params), strict=True))
 
 
+def test_evaluate_takes_a_sweeps_result_with_all_its_axes(swept):
+    # Before, a [seed, lr] result was refused with "Pass evaluate the PPOConfig the result was
+    # trained with", although it was. Now run (s, j) is evaluated as run s * 3 + j of one seed axis
+    # (with the key that run gets there).
+    import fusedrl
+
+    config, r, _ = swept
+    key = jax.random.key(4)
+    returns = np.asarray(fusedrl.evaluate(config, r.result, key, num_episodes=3))
+    assert returns.shape == (2, 3, 3)
+    # The same 6 runs given with one seed axis (a vmapped evaluation either way: a single run's
+    # greedy episodes may differ from a vmapped run's by float rounding).
+    flat = jax.tree.map(lambda x: x.reshape((6, *x.shape[2:])), r.result)
+    by_run = np.asarray(fusedrl.evaluate(config, flat, key, num_episodes=3))
+    np.testing.assert_array_equal(returns.reshape(6, 3), by_run)
+    assert len({row.tobytes() for row in by_run}) > 1
+
+
 def test_isel_sel_and_hparams(swept):
     _, r, _ = swept
     part = r.sel(lr=[3e-4, 1e-3])

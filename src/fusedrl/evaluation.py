@@ -34,7 +34,9 @@ def evaluate(
     that have not ended report NaN.
 
     `result` may come from `jax.vmap(train)` (a leading seed axis on every leaf): then the returns
-    have shape [num_seeds, num_episodes], one row per seed, each with its own key.
+    have shape [num_seeds, num_episodes], one row per seed, each with its own key. More leading
+    axes (a `SweepResult.result`, leaves [seed, *axis sizes, ...]) give returns
+    [*leading axes, num_episodes]: the runs flattened in C order, as one seed axis, and reshaped.
 
     The whole evaluation is one jitted program, compiled once per (config, num_episodes, greedy,
     max_steps) and result shape, so an eager call costs one compile rather than one per operation.
@@ -62,6 +64,11 @@ def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episode
     """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
     seed_axes = _check_fits(trainer.config, result, single_state)  # 1: vmapped, one agent per seed
+    if seed_axes > 1:  # a sweep's runs [seed, *axes]: evaluate them as one flat run axis
+        lead = jax.tree.leaves(result.params)[0].shape[:seed_axes]
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[seed_axes:]), result)
+        out = _evaluate_any(trainer, flat, key, num_episodes, greedy, max_steps)
+        return out.reshape(lead + out.shape[1:])
     if result.state.obs.ndim == single_state.obs.ndim + seed_axes + 1:
         # `data_parallel_train`'s result (per seed, if vmapped): one agent, per-shard envs whose
         # normaliser statistics are pooled over the shards, hence equal: any shard's will do.
@@ -75,8 +82,8 @@ def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episode
 
 def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> int:
     """Raises ValueError, naming what differs, unless `result` was trained with a config like
-    `config` (one agent's shapes, or one leading seed axis on every parameter). Returns the number
-    of seed axes: 0 or 1."""
+    `config` (one agent's shapes, or leading run axes on every parameter). Returns the number
+    of leading run axes: 0 (one agent), 1 (seeds) or more (a sweep's [seed, *axes])."""
     fix = "Pass evaluate the PPOConfig the result was trained with."
     got, want = result.params, single_state.params
     if jax.tree.structure(got) != jax.tree.structure(want):
@@ -88,15 +95,15 @@ def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> int:
     seed_axes = set()
     for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True):
         extra = g.ndim - w.ndim
-        if extra not in (0, 1) or g.shape[extra:] != w.shape:
+        if extra < 0 or g.shape[extra:] != w.shape:
             raise ValueError(
                 f"result does not fit config {config.env_id!r}: parameter "
                 f"{jax.tree_util.keystr(path)} has shape {g.shape}, this config's network has "
-                f"{w.shape} (or one leading seed axis); hidden_sizes={config.hidden_sizes}. {fix}"
+                f"{w.shape} (or leading seed/run axes); hidden_sizes={config.hidden_sizes}. {fix}"
             )
         seed_axes.add(extra)
     if len(seed_axes) > 1:
-        raise ValueError(f"result.params mix leaves with and without a leading seed axis. {fix}")
+        raise ValueError(f"result.params mix leaves with different numbers of leading seed/run axes. {fix}")
     (num_seed_axes,) = seed_axes
     if jax.tree.structure(result.state.env_state) != jax.tree.structure(single_state.env_state):
         raise ValueError(
