@@ -24,12 +24,15 @@ CSV_COLUMNS = ("update", "seed", "env_steps") + tuple(m for m in METRIC_NAMES if
 
 
 def format_rows(rows: Sequence[Mapping[str, float]], *, header: bool) -> str:
-    """CSV text of `rows` (in `CSV_COLUMNS` order), with the header line if `header`."""
+    """CSV text of `rows` (in `CSV_COLUMNS` order), with the header line if `header`. A seed's
+    episode statistics before its first completed episode (0.0 in the metrics: `has_episode`) are
+    left empty, so that no reader takes them for a return of 0.0 (read as NaN by pandas)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
     if header:
         writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(row if has_episode(row) else {**row, **dict.fromkeys(EPISODE_METRICS, "")}
+                     for row in rows)
     return buf.getvalue()
 
 
