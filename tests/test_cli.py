@@ -313,8 +313,8 @@ def test_loaded_policy_normalises_observations_as_training_did(tmp_path):
     head = pi.params["params"]["actor_head"]
     pi.params["params"]["actor_head"] = {**head, "bias": head["bias"] + 3.0}
     obs = np.asarray(jax.random.normal(jax.random.key(0), (64, 3)) * 3.0, np.float32)
-    state = jax.tree.map(lambda x: x[0], run.result.state)
-    stats = pi.trainer.obs_stats(state, run.result.hparams)
+    state, hparams = jax.tree.map(lambda x: x[0], (run.result.state, run.result.hparams))  # seed 0's
+    stats = pi.trainer.obs_stats(state, hparams)
     assert float(jnp.max(jnp.abs(stats.mean))) > 0.01  # the statistics moved: normalising matters
     wrapper = W.find_wrapper(pi.trainer.make_env(run.result.hparams, num_envs=1), W.NormalizeObservation)
     x = stats.normalize(jnp.asarray(obs), epsilon=wrapper.epsilon, clip=wrapper.clip)
@@ -445,6 +445,19 @@ def test_metrics_csv_has_a_column_per_metric_with_its_values():
         u, s = int(row["update"]) - 1, int(row["seed"])
         for i, name in enumerate(METRIC_NAMES):
             assert float(row[name]) == 3 * s + u + 10 * i, name
+
+
+def test_metrics_csv_leaves_episode_cells_empty_before_a_seeds_first_episode():
+    # Pendulum's first rows read episode_return 0.0, better than any return it can reach: the
+    # metrics' placeholder (episode_length 0) must not reach the CSV as a return.
+    metrics = {name: np.ones((2, 3), np.float32) for name in METRIC_NAMES}
+    metrics["episode_return"] = np.array([[0.0, -900.0, -800.0], [0.0, 0.0, -700.0]], np.float32)
+    metrics["episode_length"] = np.array([[0, 200, 200], [0, 0, 200]], np.float32)
+    rows = list(csv.DictReader(io.StringIO(format_rows(metrics_to_rows(metrics), header=True))))
+    got = [(r["update"], r["seed"], r["episode_return"], r["episode_length"]) for r in rows]
+    assert got == [("1", "0", "", ""), ("1", "1", "", ""), ("2", "0", "-900.0", "200.0"), ("2", "1", "", ""),
+                   ("3", "0", "-800.0", "200.0"), ("3", "1", "-700.0", "200.0")]
+    assert all(r["policy_loss"] == "1.0" for r in rows)  # the other metrics as they are
 
 
 def test_csv_logger_appending_to_a_file_writes_the_header_once(tmp_path):
