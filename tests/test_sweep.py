@@ -525,10 +525,18 @@ def test_clear_errors(kwargs, words):
          ValueError, ["lr: choices must be numbers"]),
         (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=[0.9, 1.5]), ValueError,
          ["gamma", "(0, 1]"]),
+        # One value on a random axis: every trial the same (`fusedrl sweep --random lr=1e-5` ran
+        # the same run num_samples times).
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, lr=[1e-5, 1e-5]), ValueError,
+         ["lr=[1e-05, 1e-05]: a random-search axis with one value gives every trial 1e-05",
+          "config.replace(lr=...); --set lr=V", "a range (low, high)"]),
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=sweep_module.Uniform(0.9, 0.9)),
+         ValueError, ["gamma=Uniform(low=0.9, high=0.9): a random-search axis with one value gives every "
+                      "trial 0.9"]),
     ],
     ids=["key-int", "lr-word", "lr-strings", "gymnasium-env", "no-devices", "grid-repeats",
          "hparams-typo", "random-int-choices", "random-int-uniform", "random-string-choice",
-         "random-gamma-range"],
+         "random-gamma-range", "random-one-choice", "random-empty-range"],
 )
 def test_bad_inputs_name_the_argument_and_the_fix(call, error, words):
     with pytest.raises(error) as info:

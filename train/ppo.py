@@ -488,6 +488,10 @@ class PPO:
         so that a run continued in pieces calls back on the same updates as one run would
         (`fusedrl.sweep`'s streams run in pieces). `callback_extra`: arrays (possibly traced) added
         to the metrics the callback receives, not to the result's (`fusedrl.sweep`: the run index).
+
+        Updates past the config's `num_updates` (a state at its end, or a larger `num_updates`)
+        run, but with `anneal_lr` their learning rate is 0 (the schedule ends at the budget), so
+        they leave the parameters as they are: raise `total_timesteps` to train longer.
         """
         hparams = self._check_hparams(hparams)
         n = self.config.num_updates if num_updates is None else int(num_updates)

@@ -501,10 +501,22 @@ def _validate_values(config: PPOConfig, name: str, values: np.ndarray) -> None:
                 raise ValueError(f"sweep axis {name}: {e}") from None
 
 
+def _same_every_trial(name: str, spec, value) -> None:
+    raise ValueError(
+        f"{name}={spec!r}: a random-search axis with one value gives every trial {value}. Fix it in "
+        f"the config instead (config.replace({name}=...); --set {name}=V in `fusedrl sweep`), or give "
+        f"a range (low, high) or two or more values to choose from."
+    )
+
+
 def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
     """`num` random-search draws of field `name` from `spec` (see the module docstring)."""
     if isinstance(spec, Choice) or (isinstance(spec, list | np.ndarray) and not isinstance(spec, tuple)):
-        choices = _numbers(name, spec.values if isinstance(spec, Choice) else spec, dtype, "choices")
+        given = spec.values if isinstance(spec, Choice) else spec
+        choices = _numbers(name, given, dtype, "choices")
+        if np.unique(choices).size < 2:
+            given = np.asarray(given).tolist()  # as given (choices are float32)
+            _same_every_trial(name, given, given[0])
         idx = np.asarray(jax.random.randint(key, (num,), 0, choices.size))
         return choices[idx]
     if isinstance(spec, tuple) and len(spec) == 2:
@@ -521,6 +533,8 @@ def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
         raise ValueError(f"{name}: low and high must be finite, got ({low}, {high}).")
     if not low <= high:
         raise ValueError(f"{name}: low must be <= high, got ({low}, {high}).")
+    if low == high:
+        _same_every_trial(name, spec, spec.low)
     if np.issubdtype(dtype, np.integer):
         if isinstance(spec, LogUniform):
             raise ValueError(f"{name} is an integer field: use Uniform(low, high), not LogUniform.")
