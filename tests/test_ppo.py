@@ -257,6 +257,21 @@ def test_hparams_type_is_checked(small):
         train(jax.random.key(0), {"lr": 1e-3})
 
 
+@pytest.mark.parametrize("name, words", [
+    ("num_envs", "it is a static PPOConfig field (it fixes shapes or control flow): "
+                 "make_train(config.replace(num_envs=...)) compiles a new program."),
+    ("gravity", "it is an env param: hparams.replace(env_params=hparams.env_params.replace(gravity=...))."),
+    ("lrr", "the closest are lr."),
+    ("zzz", "its fields are lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef, max_grad_norm, env_params."),
+])
+def test_hparams_replace_says_where_a_field_that_is_not_traced_lives(name, words):
+    # Before: flax's "__init__() got an unexpected keyword argument", whatever the name.
+    hp = PPOConfig().hparams()
+    with pytest.raises(TypeError, match=re.escape(f"Hyperparams has no field {name!r}: {words}")):
+        hp.replace(lr=1e-3, **{name: 1})
+    assert hp.replace(lr=1e-3, gamma=0.5).lr == 1e-3  # the fields it has, as before
+
+
 def test_hparams_of_the_wrong_shape_are_refused_with_the_vmap_that_fits(small):
     # Shape (3,) failed as an opaque broadcasting error deep in Adam; shape (1,) trained, silently
     # giving metrics of shape [num_updates, 1]. The error's in_axes recipe must work as written.

@@ -36,6 +36,30 @@ class Hyperparams:
     env_params: Any  # the env's params dataclass (physics constants, time limit)
 
 
+def _replace_hyperparams(self: Hyperparams, **changes) -> Hyperparams:
+    """A copy with `changes`; a name that is no traced hyperparameter is refused, with where it lives
+    (a static PPOConfig field, an env param, or the closest names)."""
+    names = [f.name for f in dataclasses.fields(self)]
+    for name in changes:
+        if name in names:
+            continue
+        env_fields = [f.name for f in dataclasses.fields(self.env_params)] if dataclasses.is_dataclass(
+            self.env_params) else []
+        if name in env_fields:
+            fix = f"it is an env param: hparams.replace(env_params=hparams.env_params.replace({name}=...))"
+        elif name in {f.name for f in dataclasses.fields(PPOConfig)}:
+            fix = (f"it is a static PPOConfig field (it fixes shapes or control flow): "
+                   f"make_train(config.replace({name}=...)) compiles a new program")
+        else:
+            close = difflib.get_close_matches(name, names + env_fields, n=3)
+            fix = f"the closest are {', '.join(close)}" if close else f"its fields are {', '.join(names)}"
+        raise TypeError(f"Hyperparams has no field {name!r}: {fix}.")
+    return dataclasses.replace(self, **changes)
+
+
+Hyperparams.replace = _replace_hyperparams  # after @struct.dataclass, which sets its own replace
+
+
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """Configuration of a PPO run. Field names follow PureJaxRL's (lower-case).
