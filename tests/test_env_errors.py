@@ -469,3 +469,22 @@ def test_params_that_inherit_gymnax_one_step_time_limit_warn(private_registry):
                           ("CartPole-like-v0", with_params(CartPoleParams()))]:
             fusedrl.register(name, env)
             fusedrl.make(name)
+
+
+def test_a_dict_observation_space_is_refused_when_the_trainer_is_made(private_registry):
+    # Before: numpy's "entry not a 2- or 3- tuple" from inside the flattening wrapper, at trace time.
+    from gymnax.environments import spaces
+
+    from fusedrl.envs.cartpole import CartPole
+
+    class DictObs(CartPole):
+        def get_obs(self, state, params=None, key=None):
+            return {"a": jnp.stack([state.x, state.x_dot]), "b": jnp.stack([state.theta, state.theta_dot])}
+
+        def observation_space(self, params):
+            return spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.Box(-1, 1, (2,))})
+
+    fusedrl.register("DictObs-v0", DictObs)
+    with pytest.raises(ValueError, match=r"DictObs-v0: PPO's networks take one array per observation \(a Box "
+                                         r"observation space\), got a Dict observation space\. Return one"):
+        fusedrl.make_train(fusedrl.PPOConfig(env_id="DictObs-v0"))

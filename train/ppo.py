@@ -171,6 +171,7 @@ class PPO:
         self.callback_every = int(callback_every)
         self.axis_name = axis_name
         self.env, self.env_params = make(config.env_id, **config.env_params)
+        _check_observation_space(config.env_id, self.env, self.env_params)
         act_space = self.env.action_space(self.env_params)
         if isinstance(act_space, Discrete):
             self.discrete, action_dim = True, int(act_space.n)
@@ -544,6 +545,21 @@ def _check_hparams_shapes(hparams: Hyperparams, default: Hyperparams) -> None:
                 f"several values at once, vmap over them: jax.vmap(train, in_axes=(None, axes)) with "
                 f"{axes} (in_axes=(0, axes) for a seed each too), or fusedrl.sweep(config, {field}=[...])."
             )
+
+
+def _check_observation_space(env_id: str, env, params) -> None:
+    """The MLP takes one array per observation: a Dict or Tuple observation space is refused here
+    (its observations failed later, inside the flattening wrapper, as an opaque numpy error)."""
+    try:
+        space = env.observation_space(params)
+    except NotImplementedError:  # gymnax's default: the observations' own shape is used
+        return
+    if not hasattr(space, "shape"):
+        raise ValueError(
+            f"{env_id}: PPO's networks take one array per observation (a Box observation space), got "
+            f"a {type(space).__name__} observation space. Return one array from reset_env and step_env "
+            f"(e.g. jnp.concatenate of the parts, flattened) and describe it with a Box."
+        )
 
 
 def _unless(stopped, old, new):
