@@ -142,7 +142,13 @@ class VecEnv:
             _check_draws(draws, state, n)
         if getattr(env, "deterministic_step", False):
             step_fn = jax.vmap(lambda s, a: env.step_env(None, s, a, params))
-            obs_st, env_state, reward, terminated, info = _five(env, step_fn(state.env_state, action))
+            try:
+                out = step_fn(state.env_state, action)
+            except Exception as e:  # e.g. "unexpected PRNG key type NoneType", naming neither
+                e.add_note(f"{type(env).__name__}.deterministic_step is True, so its step_env is called "
+                           f"with key=None: if step_env uses its key, set deterministic_step = False.")
+                raise
+            obs_st, env_state, reward, terminated, info = _five(env, out)
         else:
             if draws is not None:
                 step_keys = draws.step_keys

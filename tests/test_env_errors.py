@@ -488,3 +488,17 @@ def test_a_dict_observation_space_is_refused_when_the_trainer_is_made(private_re
     with pytest.raises(ValueError, match=r"DictObs-v0: PPO's networks take one array per observation \(a Box "
                                          r"observation space\), got a Dict observation space\. Return one"):
         fusedrl.make_train(fusedrl.PPOConfig(env_id="DictObs-v0"))
+
+
+def test_a_deterministic_step_that_uses_its_key_says_so():
+    # Before: JAX's "unexpected PRNG key type NoneType" alone, naming neither the env nor the flag.
+    class Noisy(fusedrl.envs.CartPole):  # deterministic_step = True (CartPole's), yet it draws noise
+        def step_env(self, key, state, action, params):
+            obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+            return obs + jax.random.normal(key, obs.shape), state, reward, terminated, info
+
+    _, params = fusedrl.make("CartPole-v1")
+    with pytest.raises(Exception) as info:  # JAX's own error, whatever its type
+        _vec_calls(Noisy(), params)["step"]()
+    assert ("Noisy.deterministic_step is True, so its step_env is called with key=None: if step_env uses "
+            "its key, set deterministic_step = False.") in getattr(info.value, "__notes__", [])
