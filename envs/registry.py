@@ -114,7 +114,8 @@ def _unknown(env_id: str, valid: list[str]) -> ValueError:
     close = difflib.get_close_matches(env_id, valid, n=len(valid), cutoff=0.0)
     return ValueError(
         f"Unknown environment id {env_id!r}. {_gymnasium_hint(env_id)}Valid ids, closest first: "
-        f"{', '.join(close)}. Use fusedrl.register(...) to add your own."
+        f"{', '.join(close)}. Use fusedrl.register(...) to add your own (on the command line, "
+        f"--import MODULE imports the module that registers it)."
     )
 
 

@@ -1191,3 +1191,37 @@ def test_default_sweep_folder_is_apart_from_train_runs(tmp_path):
     assert sweep_cli.default_out("CartPole-v1", tmp_path) == tmp_path / "sweep-CartPole-v1"
     (tmp_path / "sweep-CartPole-v1").mkdir()
     assert sweep_cli.default_out("CartPole-v1", tmp_path) == tmp_path / "sweep-CartPole-v1-2"
+
+
+def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path, monkeypatch):
+    # A registered env was out of the CLI's reach: its module is not imported by `fusedrl`.
+    from fusedrl.envs import registry
+
+    (tmp_path / "fusedrl_cli_test_envs.py").write_text(
+        "import fusedrl\nfrom fusedrl.envs.cartpole import CartPole\n\n\n"
+        "class Mine(CartPole):\n    pass\n\n\nfusedrl.register('CliMine-v0', Mine)\n"
+    )
+    monkeypatch.chdir(tmp_path)  # --import looks in the current directory, as `python -m` does
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    tiny = ["--total-timesteps", 128, "--set", "num_envs=2", "--set", "num_steps=64", "--eval-episodes", 2,
+            "--no-progress"]
+    try:
+        code, _, err = run_cli("train", "--env", "CliMine-v0", "--out", tmp_path / "run", *tiny)
+        assert code == 2 and "Unknown environment id 'CliMine-v0'" in err, err
+        assert "--import MODULE imports the module that registers it" in err
+        code, _, err = run_cli("train", "--import", "no_such_module_here", "--env", "CliMine-v0", *tiny)
+        assert code == 2 and "--import no_such_module_here: no module named 'no_such_module_here' here" in err
+        imports = ["--import", "fusedrl_cli_test_envs"]
+        code, out, err = run_cli("train", *imports, "--env", "CliMine-v0", "--out", tmp_path / "run", *tiny)
+        assert code == 0 and "mean" in out, err
+        assert runs.load_run_config(tmp_path / "run")[0].env_id == "CliMine-v0"
+        code, out, err = run_cli("evaluate", tmp_path / "run", *imports)
+        assert code == 0, err
+        code, out, _ = run_cli("envs", *imports)
+        assert "CliMine-v0" in out
+        code, _, err = run_cli("sweep", *imports, "--env", "CliMine-v0", "--grid", "lr=1e-3", "--out",
+                               tmp_path / "sweep", "--no-plots", *tiny[:6])
+        assert code == 0, err
+    finally:
+        sys.modules.pop("fusedrl_cli_test_envs", None)

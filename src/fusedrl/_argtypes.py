@@ -22,6 +22,34 @@ class UsageError(Exception):
     """A bad command line: printed as `fusedrl COMMAND: error: ...` with exit status 2."""
 
 
+def add_import_option(parser: argparse.ArgumentParser) -> None:
+    """`--import MODULE` (repeatable): modules that register custom envs, imported first."""
+    parser.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE",
+                        help="import MODULE first (repeatable), e.g. one that registers your own envs "
+                             "with fusedrl.register; looked up from the current directory too")
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Imports `--import` modules (the current directory first on the path, as `python -m` has it);
+    a module that cannot be found is a UsageError naming it."""
+    import importlib
+    import os
+    import sys
+
+    if names and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise  # the module was found, and itself imports something missing
+            raise UsageError(
+                f"--import {name}: no module named {e.name!r} here ({os.getcwd()}) or on the Python path; "
+                f"run from the folder that holds it, or install its package."
+            ) from None
+
+
 def positive_int(text: str) -> int:
     """An argparse `type` accepting integers >= 1, with a message naming the bad value."""
     try:

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import fusedrl
-from fusedrl._argtypes import UsageError, env_param_defaults, key_seed_arg, parse_overrides, seed_arg
+from fusedrl._argtypes import (
+    UsageError,
+    add_import_option,
+    env_param_defaults,
+    import_modules,
+    key_seed_arg,
+    parse_overrides,
+    seed_arg,
+)
 from fusedrl.envs import make, registered_ids, space_info
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.train.config import PPOConfig
@@ -83,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also log to TensorBoard in <run folder>/tensorboard (needs tensorboardX)")
     t.add_argument("--wandb-project", metavar="NAME",
                    help="also log to Weights & Biases, one W&B run per seed (needs wandb >= 0.19.10)")
+    add_import_option(t)
 
     e = sub.add_parser(
         "evaluate", help="greedy returns of a saved run, per seed",
@@ -94,10 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes per seed (default: the run's eval_episodes, as in summary.json)")
     e.add_argument("--seed", type=key_seed_arg, metavar="S",
                    help="evaluation key seed (default: the run's seed + 1, the key summary.json used)")
+    add_import_option(e)
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",
                        description="List the registered environments with observation and action spaces.")
     v.add_argument("--gymnax", action="store_true", help="also describe every gymnax environment's spaces")
+    add_import_option(v)
 
     from fusedrl.sweep_cli import add_sweep_parser
 
@@ -357,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sweep": cmd_sweep,
     }
     try:
+        import_modules(args.imports)
         return commands[args.command](args)
     except UsageError as e:
         print(f"fusedrl {args.command}: error: {e}", file=sys.stderr)

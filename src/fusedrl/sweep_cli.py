@@ -32,7 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from fusedrl._argtypes import UsageError, env_param_defaults, parse_overrides, seed_arg
+from fusedrl._argtypes import (
+    UsageError,
+    add_import_option,
+    env_param_defaults,
+    import_modules,
+    parse_overrides,
+    seed_arg,
+)
 from fusedrl._json import dumps as strict_json
 
 EPILOG = __doc__.split("\n\n", 1)[1].rsplit("\n\nHook into", 1)[0]
@@ -68,6 +75,7 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--progress-every", type=int, metavar="K",
                    help="updates between progress callbacks; 0 = no progress (default: ~20 per run)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG learning curves")
+    add_import_option(p)
     p.set_defaults(func=run_sweep)
     return p
 
@@ -220,6 +228,7 @@ class _Progress:
 def run_sweep(args) -> int:
     """Runs the sweep the parsed `args` describe; writes the run folder; returns an exit code."""
     try:
+        import_modules(args.imports)  # done already under `fusedrl sweep`; not by main() below
         return _run(args)
     except UsageError as e:
         print(f"fusedrl sweep: error: {e}", file=sys.stderr)
@@ -380,7 +389,7 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
 
 
 def main(argv=None) -> int:
-    """Standalone entry (`python -m fusedrl.sweep_cli ...`) until `fusedrl sweep` is hooked up."""
+    """Standalone entry (`python -m fusedrl.sweep_cli ...`), the same as `fusedrl sweep ...`."""
     parser = argparse.ArgumentParser(prog="fusedrl")
     sub = parser.add_subparsers(dest="command", required=True)
     add_sweep_parser(sub)
