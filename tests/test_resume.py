@@ -395,3 +395,49 @@ def test_evaluating_an_unfinished_run_says_so(monkeypatch, tmp_path):
     code, out, err = run_cli("evaluate", tmp_path / "run")
     assert code == 0, err
     assert "(the run has not finished: its checkpoint holds update 6 of 10)" in out
+
+
+def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(monkeypatch, tmp_path):
+    # W&B started new runs on every resume; now the seeds' runs go on (wandb.init(id=, resume="allow")).
+    # A stand-in for wandb: what wandb.init was asked for, and run ids as W&B gives them.
+    import types
+
+    inits = []
+
+    class Run:
+        def __init__(self, kwargs):
+            self.id = kwargs.get("id", f"new{len(inits) - 1}")  # new0 for the first init
+
+        def log(self, payload, step):
+            pass
+
+        def finish(self):
+            pass
+
+    def init(**kwargs):
+        inits.append(kwargs)
+        return Run(kwargs)
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    run_dir = tmp_path / "run"
+    original = interrupt_at(monkeypatch, 8)
+    code, _, err = run_cli("train", "--env", "CartPole-v1", "--total-timesteps", 640, "--set", "num_envs=4",
+                           "--set", "num_steps=16", "--set", "hidden_sizes=16", "--num-seeds", 2,
+                           "--eval-episodes", 2, "--progress-every", 2, "--checkpoint-every", 3,
+                           "--no-progress", "--wandb-project", "proj", "--out", run_dir)
+    assert code == 130, err
+    assert [kwargs.get("id") for kwargs in inits] == [None, None]
+    saved = {"project": "proj", "run_ids": ["new0", "new1"]}
+    assert json.loads((run_dir / cli.WANDB_RUNS_FILE).read_text()) == saved
+    monkeypatch.setattr(CSVLogger, "log", original)
+    code, _, err = run_cli("train", "--resume", run_dir, "--no-progress", "--wandb-project", "proj")
+    assert code == 0, err
+    assert [(kwargs.get("id"), kwargs.get("resume")) for kwargs in inits[2:]] == [("new0", "allow"),
+                                                                                   ("new1", "allow")]
+    assert json.loads((run_dir / cli.WANDB_RUNS_FILE).read_text()) == saved
+    # Another project, or a new run in the folder: new W&B runs.
+    config, options = runs.load_run_config(run_dir)
+    for project, resuming in [("other", True), ("proj", False)]:
+        del inits[:]
+        cli.wandb_logger(project, config, options, run_dir, resuming=resuming).close()
+        assert [kwargs.get("id") for kwargs in inits] == [None, None], (project, resuming)

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -218,10 +220,40 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
         raise CLIError(str(e)) from None
 
 
+#: In a run folder: the project and each seed's W&B run id, so that `--resume` continues those runs.
+WANDB_RUNS_FILE = "wandb_runs.json"
+
+
+def wandb_logger(project: str, config: PPOConfig, options, path, *, resuming: bool):
+    """The run folder's W&B logger; resuming a run logged to the same project continues its W&B runs
+    (their ids are in the folder's WANDB_RUNS_FILE) instead of starting new ones."""
+    from fusedrl.loggers import WandbLogger
+    from fusedrl.runs import config_document, write_json
+
+    file = Path(path) / WANDB_RUNS_FILE
+    run_ids = None
+    if resuming and file.is_file():
+        try:
+            saved = json.loads(file.read_text(encoding="utf-8"))
+        except ValueError:  # unreadable: new W&B runs, as before the file existed
+            saved = {}
+        ids = saved.get("run_ids") if isinstance(saved, dict) and saved.get("project") == project else None
+        if isinstance(ids, list) and len(ids) == options.num_seeds:
+            run_ids = ids
+    logger = WandbLogger(project, name=Path(path).name, num_seeds=options.num_seeds,
+                         config=config_document(config, options), run_ids=run_ids)
+    try:
+        write_json(file, {"project": project, "run_ids": logger.run_ids})
+    except BaseException:
+        logger.close()
+        raise
+    return logger
+
+
 def cmd_train(args) -> int:
     from fusedrl.checkpoint import CheckpointError
     from fusedrl.loggers import TensorBoardLogger, WandbLogger
-    from fusedrl.runs import ResumeError, RunFolderExists, config_document, resume_run, train_run
+    from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
 
     if args.resume is not None:
         config, options = resolve_resume(args)
@@ -238,9 +270,8 @@ def cmd_train(args) -> int:
             loggers.append(lambda path: TensorBoardLogger(Path(path) / "tensorboard"))
         if args.wandb_project:
             WandbLogger.check_installed()
-            loggers.append(lambda path: WandbLogger(args.wandb_project, name=Path(path).name,
-                                                    num_seeds=options.num_seeds,
-                                                    config=config_document(config, options)))
+            loggers.append(functools.partial(wandb_logger, args.wandb_project, config, options,
+                                             resuming=args.resume is not None))
     except ImportError as e:
         raise CLIError(str(e)) from None
     source = preset_source(config.env_id)

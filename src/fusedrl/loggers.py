@@ -116,21 +116,34 @@ class TensorBoardLogger:
 
 
 class WandbLogger:
-    """Logs to Weights & Biases: one run per seed in a group, so curves are per seed."""
+    """Logs to Weights & Biases: one run per seed in a group, so curves are per seed.
+
+    `run_ids` (one per seed, e.g. an interrupted run's `self.run_ids`) continues those W&B runs
+    (`wandb.init(id=..., resume="allow")`) instead of starting new ones.
+    """
 
     #: The first wandb with `wandb.init(reinit="create_new")` (several runs open in one process).
     MIN_VERSION = (0, 19, 10)
 
-    def __init__(self, project: str, *, name: str, num_seeds: int, config: Mapping | None = None):
+    def __init__(self, project: str, *, name: str, num_seeds: int, config: Mapping | None = None,
+                 run_ids: Sequence[str] | None = None):
         wandb = self.check_installed()
+        if run_ids is not None and len(run_ids) != num_seeds:
+            raise ValueError(f"run_ids has {len(run_ids)} W&B run ids for {num_seeds} seeds.")
         self.runs = []
         try:
             for s in range(num_seeds):
+                again = {} if run_ids is None else {"id": run_ids[s], "resume": "allow"}
                 self.runs.append(wandb.init(project=project, group=name, name=f"{name}-seed{s}",
-                                            config=dict(config or {}), reinit="create_new"))
+                                            config=dict(config or {}), reinit="create_new", **again))
         except BaseException:
             self.close()  # the seeds' runs already started
             raise
+
+    @property
+    def run_ids(self) -> list[str]:
+        """Each seed's W&B run id."""
+        return [run.id for run in self.runs]
 
     @classmethod
     def check_installed(cls):
@@ -159,7 +172,7 @@ def _release(version: str) -> tuple[int, ...]:
 
 def _without_placeholders(row: Mapping[str, Any]) -> dict[str, Any]:
     """`row` without its episode statistics while no episode has ended (the trainer reports 0.0
-    with episode_length 0 then, which is no episode's return); metrics.csv keeps them all."""
+    with episode_length 0 then, which is no episode's return); metrics.csv leaves them empty."""
     if has_episode(row):
         return dict(row)
     return {k: v for k, v in row.items() if k not in EPISODE_METRICS}
