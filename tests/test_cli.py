@@ -240,6 +240,26 @@ def test_default_evaluate_reproduces_the_summary(trained):
     assert got["update"] == got["num_updates"] == summary["num_updates"] and "not finished" not in out
 
 
+def test_evaluate_sampled_takes_the_policys_samples(trained):
+    # `--sampled`: the returns fusedrl.evaluate(..., greedy=False) gives with the same key.
+    import fusedrl
+    from fusedrl import checkpoint as ckpt
+
+    *_, run_dir, _, _ = trained
+    config, options = runs.load_run_config(run_dir)
+    _, state, hparams, _ = ckpt.restore(run_dir / "checkpoint", config)
+    result = fusedrl.TrainResult(state=state, metrics={}, hparams=hparams)
+    key = jax.random.key(options.seed + 1)
+    want = {greedy: np.asarray(fusedrl.evaluate(config, result, key, 8, greedy=greedy)).mean(axis=1)
+            for greedy in (True, False)}
+    assert not np.allclose(want[True], want[False])  # the two tell apart on this briefly trained agent
+    code, out, err = run_cli("evaluate", run_dir, "--episodes", 8, "--sampled")
+    assert code == 0 and "sampled-action return over 8 episodes per seed" in out, err
+    for i, r in enumerate(want[False]):
+        assert f"seed {i:>3}  {r:10.1f}" in out, (r, out)
+    np.testing.assert_allclose(runs.evaluate_run(run_dir, num_episodes=8)["per_seed"], want[True], atol=1e-4)
+
+
 def test_evaluate_names_the_bad_field_of_config_json(trained, tmp_path):
     import shutil
 

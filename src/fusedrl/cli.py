@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_option(t)
 
     e = sub.add_parser(
-        "evaluate", help="greedy returns of a saved run, per seed",
+        "evaluate", help="greedy (or sampled-action) returns of a saved run, per seed",
         description="Evaluate the checkpoint of a run folder greedily, every seed. With the defaults it "
                     "reproduces the greedy returns in the run's summary.json (same episodes, same key).",
     )
@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes per seed (default: the run's eval_episodes, as in summary.json)")
     e.add_argument("--seed", type=key_seed_arg, metavar="S",
                    help="evaluation key seed (default: the run's seed + 1, the key summary.json used)")
+    e.add_argument("--sampled", action="store_true",
+                   help="sample actions from the policy instead of taking its mode (greedy)")
     add_import_option(e)
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",
@@ -332,10 +334,11 @@ def cmd_evaluate(args) -> int:
     if args.episodes is not None and args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
     try:
-        ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed)
+        ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed, greedy=not args.sampled)
     except (FileNotFoundError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
-    print(f"{args.run_dir}: greedy return over {ev['episodes']} episodes per seed")
+    kind = "sampled-action" if args.sampled else "greedy"
+    print(f"{args.run_dir}: {kind} return over {ev['episodes']} episodes per seed")
     if ev.get("update", 0) < ev.get("num_updates", 0):
         print(f"  (the run has not finished: its checkpoint holds update {ev['update']} "
               f"of {ev['num_updates']})")

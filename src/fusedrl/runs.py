@@ -718,13 +718,14 @@ def eval_key(options: RunOptions) -> jax.Array:
 
 
 def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
-                   progress_file=None) -> np.ndarray:
-    """Greedy returns [num_seeds, num_episodes] of a result whose leaves have a seed axis; each seed
-    gets its own key split from `key` (as `fusedrl.evaluate` does), also on the host bridge.
-    `progress_file`: where a Ctrl-C held while evaluating is noted (default stderr)."""
+                   progress_file=None, greedy: bool = True) -> np.ndarray:
+    """Greedy (or, with greedy=False, sampled) returns [num_seeds, num_episodes] of a result whose
+    leaves have a seed axis; each seed gets its own key split from `key` (as `fusedrl.evaluate`
+    does), also on the host bridge. `progress_file`: where a Ctrl-C held while evaluating is noted
+    (default stderr)."""
     if not is_host_env_id(config.env_id):
         with hold_interrupt("evaluating", progress_file):  # it compiles first: see hold_interrupt
-            returns = np.asarray(evaluate(config, result, key, num_episodes))
+            returns = np.asarray(evaluate(config, result, key, num_episodes, greedy=greedy))
         return returns[None] if returns.ndim == 1 else returns
     from fusedrl.bridge import evaluate as evaluate_on_host
 
@@ -734,7 +735,7 @@ def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_e
     for i in range(num_seeds):
         one = TrainResult(state=jax.tree.map(lambda x, i=i: x[i], result.state), metrics={},
                           hparams=result.hparams)
-        returns.append(np.asarray(evaluate_on_host(config, one, keys[i], num_episodes)))
+        returns.append(np.asarray(evaluate_on_host(config, one, keys[i], num_episodes, greedy=greedy)))
     return np.stack(returns)
 
 
@@ -765,12 +766,13 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
 
 
 def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
-                 seed: int | None = None) -> dict[str, Any]:
-    """Greedy returns of every seed in a saved run: {"per_seed": [...], "mean": m, "std": s,
-    "episodes": n, "update": the checkpoint's update, "num_updates": the run's}. An unfinished
-    run's checkpoint (`checkpoint_every`) is its latest: "update" < "num_updates".
+                 seed: int | None = None, greedy: bool = True) -> dict[str, Any]:
+    """Greedy (or, with greedy=False, sampled) returns of every seed in a saved run: {"per_seed":
+    [...], "mean": m, "std": s, "episodes": n, "update": the checkpoint's update, "num_updates":
+    the run's}. An unfinished run's checkpoint (`checkpoint_every`) is its latest: "update" <
+    "num_updates".
 
-    The defaults reproduce the run's summary.json: its eval_episodes, and the key it used
+    The defaults reproduce the run's summary.json: greedy, its eval_episodes, and the key it used
     (`jax.random.key(seed)` with the run's seed + 1).
     """
     if isinstance(seed, np.integer):  # e.g. from np.arange: as jax.random.key takes it
@@ -783,7 +785,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
     key = eval_key(options) if seed is None else jax.random.key(seed)
     saved_config, state, hparams, meta = ckpt.restore(run_dir / CHECKPOINT_DIR, config)
     result = TrainResult(state=state, metrics={}, hparams=hparams)
-    returns = evaluate_seeds(config, result, key, num_episodes)
+    returns = evaluate_seeds(config, result, key, num_episodes, greedy=greedy)
     per_seed = returns.mean(axis=1)
     return {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
             "episodes": num_episodes, "update": int(np.ravel(state.update)[0]),
