@@ -24,7 +24,12 @@ TRACED_FIELDS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef",
 
 @struct.dataclass
 class Hyperparams:
-    """Traced hyperparameters of one run; every leaf may carry a leading vmap axis."""
+    """Traced hyperparameters of one run; every leaf may carry a leading vmap axis.
+
+    Their values are not checked here (they may be traced): `PPOConfig` checks its own fields and
+    `fusedrl.sweep` the values it sweeps, but a value put in by hand (`hparams.replace(gamma=1.5)`)
+    trains as given. Build one from `config.hparams()`.
+    """
 
     lr: jax.Array
     gamma: jax.Array
