@@ -333,8 +333,8 @@ def test_loaded_policy_normalises_observations_as_training_did(tmp_path):
     head = pi.params["params"]["actor_head"]
     pi.params["params"]["actor_head"] = {**head, "bias": head["bias"] + 3.0}
     obs = np.asarray(jax.random.normal(jax.random.key(0), (64, 3)) * 3.0, np.float32)
-    state, hparams = jax.tree.map(lambda x: x[0], (run.result.state, run.result.hparams))  # seed 0's
-    stats = pi.trainer.obs_stats(state, hparams)
+    state = jax.tree.map(lambda x: x[0], run.result.state)
+    stats = pi.trainer.obs_stats(state, run.result.hparams)
     assert float(jnp.max(jnp.abs(stats.mean))) > 0.01  # the statistics moved: normalising matters
     wrapper = W.find_wrapper(pi.trainer.make_env(run.result.hparams, num_envs=1), W.NormalizeObservation)
     x = stats.normalize(jnp.asarray(obs), epsilon=wrapper.epsilon, clip=wrapper.clip)

@@ -292,6 +292,18 @@ def test_hparams_of_the_wrong_shape_are_refused_with_the_vmap_that_fits(small):
         assert out.metrics["episode_return"].shape == (runs, config.num_updates), name
 
 
+def test_obs_stats_takes_a_vmapped_results_state_and_hparams():
+    # The hparams shape check is for one run's train/init/run; obs_stats of a vmapped result (both
+    # with a seed axis) returned the seeds' statistics before it, and must still.
+    config = PPOConfig(**{**SMALL, "normalize_obs": True})
+    train = make_train(config)
+    res = jax.eval_shape(jax.vmap(train, in_axes=(0, None)), jax.random.split(jax.random.key(0), 2),
+                         config.hparams())
+    assert jnp.shape(res.hparams.lr) == (2,)
+    stats = train.obs_stats(res.state, res.hparams)
+    assert stats.mean.shape[0] == 2
+
+
 def test_memory_does_not_grow_with_total_timesteps():
     def out_bytes(total):
         train = make_train(PPOConfig(**{**SMALL, "total_timesteps": total}))

@@ -217,7 +217,10 @@ class PPO:
         """The observation normaliser's statistics in `state` (None without normalize_obs)."""
         if not self.config.normalize_obs:
             return None
-        venv = self.make_env(self._check_hparams(hparams))
+        # `hparams` only shapes the wrapper stack here: a vmapped result's (leaves [num_seeds]) fits
+        # its vmapped state, so it is not held to one run's shapes as train/init/run hold it.
+        hparams = self._check_hparams(hparams, shapes=False)
+        venv = self.make_env(hparams)
         return W.find_wrapper_state(venv, state.env_state, W.NormalizeObservation).obs_stats
 
     def make_optimizer(self, hparams: Hyperparams) -> optax.GradientTransformation:
@@ -245,7 +248,7 @@ class PPO:
         steps = c.update_epochs * c.num_minibatches
         return _linear_anneal(update * steps, hparams.lr, steps, c.num_updates)
 
-    def _check_hparams(self, hparams):
+    def _check_hparams(self, hparams, *, shapes: bool = True):
         if hparams is None:
             return self.default_hparams()
         if not isinstance(hparams, Hyperparams):
@@ -253,7 +256,8 @@ class PPO:
                 f"hparams must be a fusedrl Hyperparams (config.hparams() or train.default_hparams()), "
                 f"got {type(hparams).__name__}."
             )
-        _check_hparams_shapes(hparams, self.default_hparams())
+        if shapes:
+            _check_hparams_shapes(hparams, self.default_hparams())
         return hparams
 
     # ------------------------------------------------------------------------------------ init
