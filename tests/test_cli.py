@@ -1238,6 +1238,13 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
         assert runs.load_run_config(tmp_path / "run")[0].env_id == "CliMine-v0"
         code, out, err = run_cli("evaluate", tmp_path / "run", *imports)
         assert code == 0, err
+        for path in ["fusedrl_cli_test_envs.py", "./fusedrl_cli_test_envs"]:
+            code, _, err = run_cli("envs", "--import", path)
+            assert code == 2 and "--import fusedrl_cli_test_envs, run from the folder" in err, err
+        registry._REGISTRY.pop("CliMine-v0")  # as in a new process, without --import
+        code, _, err = run_cli("train", "--resume", tmp_path / "run")  # the env is checked first
+        assert code == 2 and "--import MODULE imports the module that registers it" in err, err
+        registry._REGISTRY["CliMine-v0"] = sys.modules["fusedrl_cli_test_envs"].Mine
         code, out, _ = run_cli("envs", *imports)
         assert "CliMine-v0" in out
         code, _, err = run_cli("sweep", *imports, "--env", "CliMine-v0", "--grid", "lr=1e-3", "--out",

@@ -39,6 +39,12 @@ def import_modules(names: Sequence[str]) -> None:
     if names and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in names:
+        if name.endswith(".py") or "/" in name or os.sep in name or name.startswith("."):
+            module = os.path.splitext(os.path.basename(name))[0]
+            raise UsageError(
+                f"--import {name}: give a module name as `import` takes it (--import {module}, run from "
+                f"the folder that holds {module}.py), not a file name or path."
+            )
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:

@@ -217,9 +217,15 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
                        f"(to train differently, start a new run: --config {args.resume / 'config.json'} "
                        f"--out NEW_DIR).")
     try:
-        return load_run_config(args.resume)
+        config, options = load_run_config(args.resume)
     except (OSError, ValueError) as e:
         raise CLIError(str(e)) from None
+    if not is_host_env_id(config.env_id):
+        try:  # an env registered by a module: without its --import, a usage error (as without --resume)
+            make(config.env_id, **config.env_params)
+        except (TypeError, ValueError) as e:
+            raise CLIError(str(e)) from None
+    return config, options
 
 
 #: In a run folder: the project and each seed's W&B run id, so that `--resume` continues those runs.
