@@ -87,8 +87,10 @@ def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
 
     if getattr(type(env), "is_truncated", None) is not environment.Environment.is_truncated:
         return
-    own = any("max_steps_in_episode" in vars(c).get("__annotations__", {})
-              for c in type(params).__mro__ if c is not environment.EnvParams)
+    # The field object itself is gymnax's unless a subclass declares the field again (read from the
+    # dataclass fields, not from __annotations__, which Python 3.14 no longer keeps in the class dict).
+    field = getattr(type(params), "__dataclass_fields__", {}).get("max_steps_in_episode")
+    own = field is not environment.EnvParams.__dataclass_fields__["max_steps_in_episode"]
     if not own and getattr(params, "max_steps_in_episode", None) == 1:  # not overridden in make either
         warnings.warn(
             f"{env_id}: {type(params).__name__} does not set max_steps_in_episode, so it inherits "

@@ -144,9 +144,11 @@ class VecEnv:
             step_fn = jax.vmap(lambda s, a: env.step_env(None, s, a, params))
             try:
                 out = step_fn(state.env_state, action)
-            except Exception as e:  # e.g. "unexpected PRNG key type NoneType", naming neither
-                e.add_note(f"{type(env).__name__}.deterministic_step is True, so its step_env is called "
-                           f"with key=None: if step_env uses its key, set deterministic_step = False.")
+            except TypeError as e:  # "unexpected PRNG key type NoneType", naming neither env nor flag
+                if "PRNG key" in str(e):
+                    e.add_note(f"{type(env).__name__}.deterministic_step is True, so its step_env is "
+                               f"called with key=None: if step_env uses its key, set deterministic_step "
+                               f"= False.")
                 raise
             obs_st, env_state, reward, terminated, info = _five(env, out)
         else:
@@ -196,8 +198,8 @@ class VecEnv:
 
 def _five(env, out):
     """`step_env`'s output, checked to be gymnax's 5-tuple (obs, state, reward, terminated, info)."""
-    if not isinstance(out, tuple) or len(out) != 5:
-        got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+    if not isinstance(out, tuple | list) or len(out) != 5:
+        got = f"a {len(out)}-{type(out).__name__}" if isinstance(out, tuple | list) else type(out).__name__
         raise ValueError(
             f"{type(env).__name__}.step_env returned {got}, expected gymnax's 5-tuple (obs, state, "
             f"reward, terminated, info). Truncation is not returned by step_env: it comes from "

@@ -295,6 +295,12 @@ def test_step_env_returning_truncated_names_the_method_and_the_truncation_rule(c
     with pytest.raises(ValueError, match=re.escape(expected) + ".*comes from is_truncated"):
         _vec_calls(SixOutputs(), params)[call]()
 
+    class FiveInAList(fusedrl.envs.CartPole):  # unpacked as before: any sequence of five will do
+        def step_env(self, key, state, action, params):
+            return list(super().step_env(key, state, action, params))
+
+    _vec_calls(FiveInAList(), params)[call]()
+
 
 def test_observation_dtype_of_step_must_match_reset():
     env = _step_output("obs", lambda o: o.astype(jnp.int32))
@@ -497,8 +503,15 @@ def test_a_deterministic_step_that_uses_its_key_says_so():
             obs, state, reward, terminated, info = super().step_env(key, state, action, params)
             return obs + jax.random.normal(key, obs.shape), state, reward, terminated, info
 
+    class Broken(fusedrl.envs.CartPole):  # an error of its own: no note about keys
+        def step_env(self, key, state, action, params):
+            raise TypeError("a bug of its own")
+
     _, params = fusedrl.make("CartPole-v1")
-    with pytest.raises(Exception) as info:  # JAX's own error, whatever its type
+    with pytest.raises(TypeError, match="PRNG key") as info:
         _vec_calls(Noisy(), params)["step"]()
     assert ("Noisy.deterministic_step is True, so its step_env is called with key=None: if step_env uses "
             "its key, set deterministic_step = False.") in getattr(info.value, "__notes__", [])
+    with pytest.raises(TypeError, match="a bug of its own") as info:
+        _vec_calls(Broken(), params)["step"]()
+    assert not any("deterministic_step" in note for note in getattr(info.value, "__notes__", []))

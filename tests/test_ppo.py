@@ -830,8 +830,9 @@ def test_evaluate_max_steps_bounds_the_loop_and_reports_unfinished_episodes_as_n
     np.testing.assert_array_equal(fusedrl.evaluate(config, result, key, 4, max_steps=500), full)
     cut = np.asarray(fusedrl.evaluate(config, result, key, 4, max_steps=int(full.min()) - 1))  # CartPole:
     assert np.isnan(cut[full == full.min()]).all()  # an episode's return is its length
-    with pytest.raises(ValueError, match="max_steps must be >= 1"):
-        fusedrl.evaluate(config, result, jax.random.key(1), 4, max_steps=0)
+    for bad in [0, 2.5, True]:
+        with pytest.raises(ValueError, match=rf"max_steps must be an int >= 1 .*, got {bad!r}"):
+            fusedrl.evaluate(config, result, jax.random.key(1), 4, max_steps=bad)
 
 
 def _greedy_returns_by_hand(train, result, key, n, observe=lambda obs: obs):

@@ -530,9 +530,9 @@ def test_clear_errors(kwargs, words):
         (lambda c: sweep(c, 1, mode="random", num_samples=4, lr=[1e-5, 1e-5]), ValueError,
          ["lr=[1e-05, 1e-05]: a random-search axis with one value gives every trial 1e-05",
           "config.replace(lr=...); --set lr=V", "a range (low, high)"]),
-        (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=sweep_module.Uniform(0.9, 0.9)),
-         ValueError, ["gamma=Uniform(low=0.9, high=0.9): a random-search axis with one value gives every "
-                      "trial 0.9"]),
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=sweep_module.Uniform(0.9, 0.9 + 1e-10)),
+         ValueError, ["gamma=Uniform(low=0.9, high=0.9000000001): a random-search axis with one value gives "
+                      "every trial 0.9"]),
     ],
     ids=["key-int", "lr-word", "lr-strings", "gymnasium-env", "no-devices", "grid-repeats",
          "hparams-typo", "random-int-choices", "random-int-uniform", "random-string-choice",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,8 @@ def evaluate(
     The loop runs until every episode has ended, so it does not return if some episode never ends
     (an env without a working time limit, e.g. `max_steps_in_episode` never reached, and a policy
     that never reaches a terminal state). `max_steps` bounds it: after that many steps, episodes
-    that have not ended report NaN.
+    that have not ended report NaN (the host bridge's `fusedrl.bridge.evaluate` reports their
+    partial returns instead).
 
     `result` may come from `jax.vmap(train)` (a leading seed axis on every leaf): then the returns
     have shape [num_seeds, num_episodes], one row per seed, each with its own key. More leading
@@ -43,8 +45,10 @@ def evaluate(
     """
     if int(num_episodes) < 1:
         raise ValueError(f"num_episodes must be >= 1, got {num_episodes}.")
-    if max_steps is not None and int(max_steps) < 1:
-        raise ValueError(f"max_steps must be >= 1 (or None: until every episode ends), got {max_steps}.")
+    if max_steps is not None and (not isinstance(max_steps, numbers.Integral) or isinstance(max_steps, bool)
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be an int >= 1 (or None: until every episode ends), got "
+                         f"{max_steps!r}.")
     max_steps = None if max_steps is None else int(max_steps)
     return _evaluator(config, int(num_episodes), bool(greedy), max_steps)(result, key)
 

@@ -533,7 +533,7 @@ def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
         raise ValueError(f"{name}: low and high must be finite, got ({low}, {high}).")
     if not low <= high:
         raise ValueError(f"{name}: low must be <= high, got ({low}, {high}).")
-    if low == high:
+    if np.float32(low) == np.float32(high):  # as drawn: float32 (or whole numbers)
         _same_every_trial(name, spec, spec.low)
     if np.issubdtype(dtype, np.integer):
         if isinstance(spec, LogUniform):
