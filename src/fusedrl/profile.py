@@ -44,7 +44,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from fusedrl._argtypes import positive_int
+from fusedrl._argtypes import UsageError, add_import_option, import_modules, positive_int
 from fusedrl.envs import Discrete
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
 from fusedrl.train.config import PPOConfig
@@ -310,6 +310,7 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
     p.add_argument("--update-epochs", type=positive_int, default=None)
     p.add_argument("--num-minibatches", type=positive_int, default=None)
     p.add_argument("--repeats", type=positive_int, default=5, help="timed repeats (default: 5)")
+    add_import_option(p)
     return p
 
 
@@ -319,13 +320,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
 
     args = build_parser(prog).parse_args(argv)
     try:
+        import_modules(args.imports)
         env_id, mode = resolve(args.env, args.mode)
         make(env_id)  # an unknown id: the same error as `fusedrl train`, before any work
         config = default_config(
             env_id, num_envs=args.num_envs, num_steps=args.num_steps,
             update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
         )
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, UsageError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     summary = profile_update(config, mode, args.repeats)
