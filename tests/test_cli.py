@@ -1247,6 +1247,8 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
         registry._REGISTRY["CliMine-v0"] = sys.modules["fusedrl_cli_test_envs"].Mine
         code, out, _ = run_cli("envs", *imports)
         assert "CliMine-v0" in out
+        registry._REGISTRY.pop("CliMine-v0")  # as in a new process: profile's --import brings it back
+        sys.modules.pop("fusedrl_cli_test_envs")
         sizes = ["--num-envs", 2, "--num-steps", 8, "--update-epochs", 1, "--num-minibatches", 1]
         code, out, err = run_cli("profile", *imports, "--env", "CliMine-v0", "--mode", "fused", *sizes,
                                  "--repeats", 1)
