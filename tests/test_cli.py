@@ -1096,14 +1096,17 @@ def test_seeds_that_would_repeat_other_seeds_keys_are_refused(tmp_path):
 def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
     calls = []
 
-    def fake_evaluate_run(run_dir, num_episodes=None, seed=None):
-        calls.append((num_episodes, seed))
+    def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True):
+        calls.append((num_episodes, seed, greedy))
         return {"episodes": num_episodes, "per_seed": [1.0], "mean": 1.0, "std": 0.0}
 
     monkeypatch.setattr(runs, "evaluate_run", fake_evaluate_run)
     code, out, err = run_cli("evaluate", tmp_path, "--episodes", "3", "--seed", "11")
     assert code == 0, err
-    assert calls == [(3, 11)] and "over 3 episodes per seed" in out
+    assert calls == [(3, 11, True)] and "greedy return over 3 episodes per seed" in out
+    code, out, err = run_cli("evaluate", tmp_path, "--sampled")
+    assert code == 0, err
+    assert calls[1:] == [(None, None, False)] and "sampled-action return over" in out
 
 
 @pytest.mark.parametrize("argv, note", [
