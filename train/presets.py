@@ -71,7 +71,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 52.7, 59.1, 62.5): every seed beats the reference 28 either way. Not so with `--seed 1`
     # (2026-11-24 at c1fe0b1): greedy 66.6 ± 25.0 (25.7, 67.5, 90.4, 82.9), sampled 48.7 ± 21.2
     # (24.4, 33.7, 58.1, 78.6): one seed of four falls short of 28 (docs/results.md); with `--seed 2`
-    # greedy 57.8 ± 6.4 (61.5, 46.6, 61.5, 61.5), sampled 52.3 ± 2.8: 11 of 12 seeds. Without value
+    # greedy 57.8 ± 6.4 (61.5, 46.6, 61.5, 61.5), sampled 52.3 ± 2.8: 11 of 12 seeds; with `--seed 3`
+    # greedy 63.6 ± 18.0 (83.4, 35.1, 62.5, 73.1), sampled 54.4 ± 14.7: 15 of 16 seeds. Without value
     # clipping (`--set clip_value_loss=False`): with `--seed 1` greedy 66.9 ± 8.9 (82.1, 61.5, 64.1,
     # 59.9), every seed above 28, but at root seed 0 51.7 ± 16.3 (60.5, 61.5, 23.4, 61.4), sampled
     # 42.9 ± 13.1 (38.6, 56.9, 23.5, 52.6): 7 of 8 seeds above 28, as with clipping, which stays.
