@@ -784,45 +784,39 @@ def _episode_lengths_env():
     return Lengths()
 
 
-def test_evaluate_reports_each_envs_first_episode(small):
-    """Short episodes finish again (and again) while long ones run: each env's return is still
-    that of its first episode, not its latest."""
+def _first_episode_returns(train, result, max_steps=None):
+    """`episode_returns` (with `max_steps`) of 32 envs of `_episode_lengths_env` from key 1's reset:
+    (the returns, each env's episode length k (2 or 12), the return k * r each first episode has)."""
     from fusedrl.envs import VecEnv
     from fusedrl.envs.wrappers import EpisodeStatistics
     from fusedrl.evaluation import episode_returns
 
-    _, train, _, result = small
     env = _episode_lengths_env()
     venv = EpisodeStatistics(VecEnv(env, 32))
     obs, state = venv.reset(jax.random.key(1), env.default_params)
     first = state.inner.env_state
-    k = np.asarray(first.k)
-    assert (k == 2).any() and (k == 12).any()
-    want = np.asarray(first.k * first.r)
     hparams = result.hparams.replace(env_params=env.default_params)
     run = jax.jit(lambda o, s: episode_returns(train, result.replace(hparams=hparams), venv, o, s,
-                                               jax.random.key(2), True))
-    np.testing.assert_allclose(np.asarray(run(obs, state)), want, rtol=1e-6)
+                                               jax.random.key(2), True, max_steps))
+    return np.asarray(run(obs, state)), np.asarray(first.k), np.asarray(first.k * first.r)
+
+
+def test_evaluate_reports_each_envs_first_episode(small):
+    """Short episodes finish again (and again) while long ones run: each env's return is still
+    that of its first episode, not its latest."""
+    _, train, _, result = small
+    got, k, want = _first_episode_returns(train, result)
+    assert (k == 2).any() and (k == 12).any()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_evaluate_max_steps_bounds_the_loop_and_reports_unfinished_episodes_as_nan(small):
     # Without a bound, an episode that never ends (an env whose time limit does not work) kept
     # evaluate running forever. With max_steps, episodes unfinished by then report NaN.
-    from fusedrl.envs import VecEnv
-    from fusedrl.envs.wrappers import EpisodeStatistics
-    from fusedrl.evaluation import episode_returns
-
     config, train, _, result = small
-    env = _episode_lengths_env()  # episodes of 2 or 12 steps
-    venv = EpisodeStatistics(VecEnv(env, 32))
-    obs, state = venv.reset(jax.random.key(1), env.default_params)
-    first = state.inner.env_state
-    short, want = np.asarray(first.k) == 2, np.asarray(first.k * first.r)
-    hparams = result.hparams.replace(env_params=env.default_params)
-    for max_steps in [2, 11, 12, None]:
-        got = np.asarray(jax.jit(lambda o, s, m=max_steps: episode_returns(
-            train, result.replace(hparams=hparams), venv, o, s, jax.random.key(2), True, m))(obs, state))
-        done = short | (max_steps is None or max_steps >= 12)
+    for max_steps in [2, 11, 12, None]:  # episodes of 2 or 12 steps
+        got, k, want = _first_episode_returns(train, result, max_steps)
+        done = (k == 2) | (max_steps is None or max_steps >= 12)
         np.testing.assert_allclose(got[done], want[done], rtol=1e-6, err_msg=str(max_steps))
         assert np.isnan(got[~done]).all() and (~done).any() == (max_steps in (2, 11)), max_steps
     key = jax.random.key(1)
