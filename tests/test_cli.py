@@ -1093,6 +1093,27 @@ def test_seeds_that_would_repeat_other_seeds_keys_are_refused(tmp_path):
         runs.load_run_config(tmp_path)
 
 
+@pytest.mark.parametrize("bad, words", [
+    ("my_envs", "imports must be a list of module names, got 'my_envs'"),
+    (["my_envs.py"], "imports: give a module name as `import` takes it (--import my_envs,"),
+    (["pkg/my_envs"], "(--import my_envs, run from the folder that holds my_envs.py)"),
+    ([""], "imports: expected a module name (a non-empty string), got ''"),
+    ([3], "imports: expected a module name (a non-empty string), got 3"),
+])
+def test_run_options_imports_are_module_names(tmp_path, bad, words):
+    assert runs.RunOptions(imports=["a", "b.c"]).imports == ("a", "b.c")  # as JSON gives it back
+    with pytest.raises(ValueError) as e:
+        runs.RunOptions(imports=bad)
+    assert words in str(e.value)
+    # Refused when read from a run folder, naming the file, before anything is imported.
+    runs.write_json(tmp_path / "config.json", runs.config_document(preset("CartPole-v1"), runs.RunOptions()))
+    doc = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "imports": bad}}))
+    with pytest.raises(ValueError, match="config.json is invalid: imports") as e:
+        runs.load_run_config(tmp_path)
+    assert words in str(e.value)
+
+
 def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
     calls = []
 
@@ -1238,20 +1259,45 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
         imports = ["--import", "fusedrl_cli_test_envs"]
         code, out, err = run_cli("train", *imports, "--env", "CliMine-v0", "--out", tmp_path / "run", *tiny)
         assert code == 0 and "mean" in out, err
-        assert runs.load_run_config(tmp_path / "run")[0].env_id == "CliMine-v0"
+        config, options = runs.load_run_config(tmp_path / "run")
+        assert config.env_id == "CliMine-v0" and options.imports == ("fusedrl_cli_test_envs",)
         code, out, err = run_cli("evaluate", tmp_path / "run", *imports)
         assert code == 0, err
         for path in ["fusedrl_cli_test_envs.py", "./fusedrl_cli_test_envs"]:
             code, _, err = run_cli("envs", "--import", path)
             assert code == 2 and "--import fusedrl_cli_test_envs, run from the folder" in err, err
-        registry._REGISTRY.pop("CliMine-v0")  # as in a new process, without --import
+
+        def new_process():  # as in a new process: neither the module nor its env
+            registry._REGISTRY.pop("CliMine-v0", None)
+            sys.modules.pop("fusedrl_cli_test_envs", None)
+
+        # config.json records the module: evaluate and a run from the saved config import it.
+        new_process()
+        code, out, err = run_cli("evaluate", tmp_path / "run")
+        assert code == 0 and "mean" in out, err
+        new_process()
+        loaded = policy.load(tmp_path / "run")  # fusedrl.load
+        assert loaded.act(np.zeros(4, np.float32)).shape == ()
+        new_process()
+        code, out, err = run_cli("train", "--config", tmp_path / "run" / "config.json", "--out",
+                                 tmp_path / "again", "--no-progress")
+        assert code == 0 and "mean" in out, err
+        assert runs.load_run_config(tmp_path / "again")[1].imports == ("fusedrl_cli_test_envs",)
+        # A recorded module that is not there is named, with the file that records it.
+        doc = json.loads((tmp_path / "run" / "config.json").read_text())
+        (tmp_path / "run" / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "imports": [
+            "no_such_module_here"]}}))
+        code, _, err = run_cli("evaluate", tmp_path / "run")
+        assert code == 2 and "config.json imports no_such_module_here: no module named" in err, err
+        # A run folder from before imports were recorded: --resume says to pass --import.
+        del doc["run"]["imports"]
+        (tmp_path / "run" / "config.json").write_text(json.dumps(doc))
+        new_process()
         code, _, err = run_cli("train", "--resume", tmp_path / "run")  # the env is checked first
         assert code == 2 and "--import MODULE imports the module that registers it" in err, err
-        registry._REGISTRY["CliMine-v0"] = sys.modules["fusedrl_cli_test_envs"].Mine
         code, out, _ = run_cli("envs", *imports)
         assert "CliMine-v0" in out
-        registry._REGISTRY.pop("CliMine-v0")  # as in a new process: profile's --import brings it back
-        sys.modules.pop("fusedrl_cli_test_envs")
+        new_process()  # profile's --import brings it back
         sizes = ["--num-envs", 2, "--num-steps", 8, "--update-epochs", 1, "--num-minibatches", 1]
         code, out, err = run_cli("profile", *imports, "--env", "CliMine-v0", "--mode", "fused", *sizes,
                                  "--repeats", 1)

@@ -29,9 +29,10 @@ def add_import_option(parser: argparse.ArgumentParser) -> None:
                              "with fusedrl.register; looked up from the current directory too")
 
 
-def import_modules(names: Sequence[str]) -> None:
+def import_modules(names: Sequence[str], *, source: str = "--import") -> None:
     """Imports `--import` modules (the current directory first on the path, as `python -m` has it);
-    a module that cannot be found is a UsageError naming it."""
+    a module that cannot be found, or a file name given for one, is a UsageError naming it.
+    `source` names where the module names came from in those messages."""
     import importlib
     import os
     import sys
@@ -39,21 +40,30 @@ def import_modules(names: Sequence[str]) -> None:
     if names and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in names:
-        if name.endswith(".py") or "/" in name or os.sep in name or name.startswith("."):
-            module = os.path.splitext(os.path.basename(name))[0]
-            raise UsageError(
-                f"--import {name}: give a module name as `import` takes it (--import {module}, run from "
-                f"the folder that holds {module}.py), not a file name or path."
-            )
+        if error := module_name_error(name):
+            raise UsageError(f"{source} {name}: {error}")
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
             if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
                 raise  # the module was found, and itself imports something missing
             raise UsageError(
-                f"--import {name}: no module named {e.name!r} here ({os.getcwd()}) or on the Python path; "
+                f"{source} {name}: no module named {e.name!r} here ({os.getcwd()}) or on the Python path; "
                 f"run from the folder that holds it, or install its package."
             ) from None
+
+
+def module_name_error(name: Any) -> str | None:
+    """Why `name` is not a module name as `import` takes it (None: it is one)."""
+    import os
+
+    if not isinstance(name, str) or not name:
+        return f"expected a module name (a non-empty string), got {name!r}."
+    if name.endswith(".py") or "/" in name or os.sep in name or name.startswith("."):
+        module = os.path.splitext(os.path.basename(name))[0]
+        return (f"give a module name as `import` takes it (--import {module}, run from the folder that "
+                f"holds {module}.py), not a file name or path.")
+    return None
 
 
 def positive_int(text: str) -> int:

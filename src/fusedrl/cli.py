@@ -143,8 +143,11 @@ def resolve(args) -> tuple[PPOConfig, Any]:
     if args.config is not None:
         try:
             base, run_opts = read_config_file(args.config)
-        except (OSError, ValueError) as e:
+            options = RunOptions(**run_opts)  # checks its imports before they are imported
+        except (OSError, TypeError, ValueError) as e:
             raise CLIError(str(e)) from None
+        # A saved run's env may come from a module its run imported (--import, recorded in the file).
+        import_modules(options.imports, source=f"{args.config} imports")
         if args.env is not None and base.get("env_id") not in (None, args.env):
             raise CLIError(f"--env {args.env} conflicts with env_id {base.get('env_id')!r} in {args.config}; "
                            f"drop --env or edit the file.")
@@ -179,6 +182,8 @@ def resolve(args) -> tuple[PPOConfig, Any]:
                         ("checkpoint_every", args.checkpoint_every)):
         if value is not None:
             run_opts[name] = value
+    # Recorded in config.json, so that evaluate, --resume and fusedrl.load find the env again.
+    run_opts["imports"] = list(dict.fromkeys([*run_opts.get("imports", []), *args.imports]))
     try:
         options = RunOptions(**run_opts)
         check_supported(config, options)

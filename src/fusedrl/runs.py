@@ -38,7 +38,7 @@ import numpy as np
 
 import fusedrl
 from fusedrl import checkpoint as ckpt
-from fusedrl._argtypes import MAX_KEY_SEED, seed_error
+from fusedrl._argtypes import MAX_KEY_SEED, UsageError, import_modules, module_name_error, seed_error
 from fusedrl._json import dumps as strict_json
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.envs.registry import on_register
@@ -113,8 +113,18 @@ class RunOptions:
     eval_episodes: int = 64
     progress_every: int | None = None  # updates between host callbacks; None: about 50 per run
     checkpoint_every: int = 0  # updates between checkpoints during training; 0: only the final one
+    # Modules that register the run's env (`fusedrl train --import`): reading the run folder again
+    # (`load_run_config`: evaluate, --resume, fusedrl.load) imports them first.
+    imports: tuple[str, ...] = ()
 
     def __post_init__(self):
+        imports = self.imports
+        if isinstance(imports, str) or not isinstance(imports, (list, tuple)):
+            raise ValueError(f"imports must be a list of module names, got {imports!r}.")
+        for name in imports:
+            if (error := module_name_error(name)) is not None:
+                raise ValueError(f"imports: {error}")
+        object.__setattr__(self, "imports", tuple(imports))
         for name in ("num_seeds", "eval_episodes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -755,12 +765,22 @@ def _close(sinks) -> None:
 
 # ------------------------------------------------------------------------------ reading runs
 def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
+    """The PPOConfig and RunOptions in a run folder's config.json, after importing the modules its
+    `imports` lists (those that register the run's env: `fusedrl train --import` records them)."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a fusedrl run folder: {CONFIG_FILE} is missing.")
     ppo, run = read_config_file(run_dir / CONFIG_FILE)
     try:
-        return PPOConfig.from_dict(ppo), RunOptions(**run)
+        options = RunOptions(**run)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{run_dir / CONFIG_FILE} is invalid: {e} Fix that field in the file.") from None
+    try:  # the modules that register the run's env, as `fusedrl train --import` recorded them
+        import_modules(options.imports, source=f"{run_dir / CONFIG_FILE} imports")
+    except UsageError as e:
+        raise ValueError(str(e)) from None
+    try:
+        return PPOConfig.from_dict(ppo), options
     except (TypeError, ValueError) as e:
         raise ValueError(f"{run_dir / CONFIG_FILE} is invalid: {e} Fix that field in the file.") from None
 
