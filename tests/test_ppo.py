@@ -337,6 +337,18 @@ def test_callback_every_k_updates():
     assert sorted(seen) == [config.batch_size * u for u in (2, 4, 6)]
 
 
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(callback=print, callback_every=0), ValueError, "callback_every must be an int >= 1, got 0"),
+    (dict(callback=print, callback_every=2.5), ValueError, "got 2.5"),  # was cut to 2 silently
+    (dict(callback=print, callback_every=True), ValueError, "got True"),
+    (dict(callback="print"), TypeError, "callback must be a function of the metrics dict"),
+])
+def test_callback_arguments_are_checked(kwargs, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        make_train(PPOConfig(**SMALL), **kwargs)
+    make_train(PPOConfig(**SMALL), callback=print, callback_every=np.int64(3))  # as numpy gives it
+
+
 def _vec_state(env_state):
     while hasattr(env_state, "inner"):
         env_state = env_state.inner

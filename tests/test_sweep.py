@@ -486,17 +486,29 @@ def test_sweep_cli_progress_rate_counts_the_steps_since_the_first_report(monkeyp
         (dict(streams=0), ["streams must be a positive int"]),
         (dict(streams="2"), ["streams must be a positive int"]),
         (dict(streams=2, devices=jax.devices("cpu") * 2), ["streams=2", "one CPU device", "2 cpu device"]),
+        (dict(lr=[1e-3], callback_every=0), ["callback_every must be an int >= 1, got 0"]),
+        (dict(lr=[1e-3], callback=print, callback_every=2.5), ["callback_every must be an int >= 1"]),
+        (dict(lr=[1e-3], callback="print"), ["callback must be a function", "'print'"]),
     ],
 )
 def test_clear_errors(kwargs, words):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises((TypeError, ValueError)) as info:
         sweep(PPOConfig(**SMALL), 2, **kwargs)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
     # check_sweep (what the CLI calls first) refuses the same input with the same message.
-    with pytest.raises(ValueError) as checked:
+    with pytest.raises(info.type) as checked:
         sweep_module.check_sweep(PPOConfig(**SMALL), 2, **kwargs)
     assert str(checked.value) == str(info.value)
+
+
+def test_check_sweep_takes_every_argument_of_sweep():
+    import inspect
+
+    assert inspect.signature(sweep_module.check_sweep).parameters.keys() == inspect.signature(
+        sweep).parameters.keys()
+    assert sweep_module.check_sweep(PPOConfig(**SMALL), 2, lr=[1e-3], keep_state=False, callback=print,
+                                    callback_every=3) is None
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,7 @@ from fusedrl.envs.registry import on_register
 from fusedrl.plotting import seed_statistics
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
-from fusedrl.train.ppo import TrainResult, episode_values, make_train, typed_key
+from fusedrl.train.ppo import TrainResult, check_callback, episode_values, make_train, typed_key
 
 MODES = ("grid", "zip", "random")
 RUN_AXIS = "runs"  # mesh axis the sweep's runs are split along
@@ -658,12 +658,17 @@ def check_sweep(
     num_samples: int | None = None,
     key: jax.Array | None = None,
     devices: Sequence[jax.Device] | None = None,
+    keep_state: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    callback_every: int = 1,
     streams: int | None = None,
     **axes: Any,
 ) -> None:
-    """Raises the TypeError or ValueError `sweep` would raise for these arguments, before it
-    compiles or trains anything; returns None if they are valid. `fusedrl sweep` calls it first,
-    so that bad input is a usage error and any later error shows its traceback."""
+    """Raises the TypeError or ValueError `sweep` would raise for these arguments (the same
+    arguments), before it compiles or trains anything; returns None if they are valid. `fusedrl
+    sweep` calls it first, so that bad input is a usage error and any later error shows its
+    traceback."""
+    check_callback(callback, callback_every)
     _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes)
 
 
@@ -708,6 +713,7 @@ def sweep(
     Returns:
       A `SweepResult` with metrics [num_seeds, *axis sizes, num_updates].
     """
+    check_callback(callback, callback_every)
     num_seeds, key, dims, axes_out, values, shape, num_runs, devices, streams = _plan(
         config, num_seeds, mode, num_samples, key, devices, streams, axes)
     seed_keys = jax.random.split(key, num_seeds)
