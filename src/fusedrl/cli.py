@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",
                        description="List the registered environments with observation and action spaces.")
-    v.add_argument("--gymnax", action="store_true", help="also describe every gymnax environment's spaces")
+    v.add_argument("--gymnax", action="store_true",
+                   help="also describe every gymnax environment's spaces (not MNIST's: it downloads data)")
     add_import_option(v)
 
     from fusedrl.sweep_cli import add_sweep_parser

@@ -5,10 +5,11 @@
 PureJaxRL is a set of scripts, not a package, and pins the gymnax 0.0.x step API, so this runs in
 the peers' scratch interpreter (../shared/peers/setup.sh: jax, flax, optax, distrax, gymnax 0.0.9),
 never in ours. `PUREJAXRL_SRC` is a folder holding `purejaxrl/ppo.py` and `purejaxrl/wrappers.py`
-from github.com/luchris429/purejaxrl (and a stub `brax` package: `wrappers.py` imports brax at the
-top; CartPole never uses it). Nothing of PureJaxRL is part of fusedrl; this file only calls its
-`make_train` the way its README does, `jax.jit(jax.vmap(make_train(config)))(keys)`, and times it
-with the helper that times ours (`_timing.compile_then_run`: compile apart, then one execution).
+from github.com/luchris429/purejaxrl, with `wrappers.py`'s brax import either stubbed (a stub `brax`
+package) or left out with the classes that use it: CartPole uses neither. Nothing of PureJaxRL is
+part of fusedrl; this file only calls its `make_train` the way its README does,
+`jax.jit(jax.vmap(make_train(config)))(keys)`, and times it with the helper that times ours
+(`_timing.compile_then_run`: compile apart, then one execution).
 """
 
 import json
