@@ -1112,6 +1112,9 @@ def test_run_options_imports_are_module_names(tmp_path, bad, words):
     with pytest.raises(ValueError, match="config.json is invalid: imports") as e:
         runs.load_run_config(tmp_path)
     assert words in str(e.value)
+    code, _, err = run_cli("train", "--config", tmp_path / "config.json", "--out", tmp_path / "run")
+    assert code == 2 and "config.json is invalid: imports" in err and words in err, err
+    assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):

@@ -144,9 +144,12 @@ def resolve(args) -> tuple[PPOConfig, Any]:
     if args.config is not None:
         try:
             base, run_opts = read_config_file(args.config)
-            options = RunOptions(**run_opts)  # checks its imports before they are imported
-        except (OSError, TypeError, ValueError) as e:
+        except (OSError, ValueError) as e:
             raise CLIError(str(e)) from None
+        try:
+            options = RunOptions(**run_opts)  # checks its imports before they are imported
+        except (TypeError, ValueError) as e:
+            raise CLIError(f"{args.config} is invalid: {e} Fix that field in the file.") from None
         # A saved run's env may come from a module its run imported (--import, recorded in the file).
         import_modules(options.imports, source=f"{args.config} imports")
         if args.env is not None and base.get("env_id") not in (None, args.env):
