@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
+
+import jax
+import numpy as np
 
 GYMNAX_PREFIX = "gymnax:"
 GYMNASIUM_PREFIX = "gymnasium:"  # the host bridge's (envs/host.py)
@@ -133,6 +137,48 @@ def _gymnasium_hint(env_id: str) -> str:
     return ""
 
 
+
+_INT32_MAX = 2**31 - 1
+
+
+def _check_override(env_id: str, name: str, value: Any, default: Any) -> Any:
+    """`value` for the env param `name` (whose default is `default`), as the params will hold it;
+    a value the env cannot use as given is an error naming the param and the fix."""
+    default_shape = np.shape(default)
+    if default_shape != () or isinstance(value, jax.core.Tracer):
+        return value  # an array-valued param, or a traced value: nothing to check here
+    kind = np.asarray(default).dtype.kind
+    try:
+        v = np.asarray(value)
+    except Exception:  # noqa: BLE001
+        v = None
+    if v is None or v.shape != () or v.dtype.kind not in "biuf":
+        raise TypeError(f"{env_id}: env param {name} must be a number (its default is {default!r}), "
+                        f"got {value!r} ({type(value).__name__}).")
+    if kind == "b":
+        if v.dtype.kind != "b":
+            raise TypeError(f"{env_id}: env param {name} must be True or False, got {value!r}.")
+        return bool(v)
+    if v.dtype.kind == "b":
+        raise TypeError(f"{env_id}: env param {name} must be a number, got {value!r}.")
+    x = float(v)
+    if not math.isfinite(x):
+        raise ValueError(f"{env_id}: env param {name} must be finite, got {value!r}; give it a value "
+                         f"(or leave it out for the env's default).")
+    if kind in "iu":  # an integer param (a time limit, a count): a whole number that fits int32
+        if x != int(x):
+            raise ValueError(f"{env_id}: env param {name} is an integer (default {default!r}), got "
+                             f"{value!r}; give a whole number.")
+        if not -_INT32_MAX <= x <= _INT32_MAX:
+            raise ValueError(f"{env_id}: env param {name}={value!r} does not fit in int32 (the envs' "
+                             f"integer type): give a value of at most {_INT32_MAX:,}.")
+        if name == "max_steps_in_episode" and x < 1:
+            raise ValueError(f"{env_id}: env param max_steps_in_episode must be >= 1 (the episode's time "
+                             f"limit in steps), got {value!r}.")
+        return int(x)
+    return value if isinstance(value, int | float) else x
+
+
 def make(env_id: str, **overrides) -> tuple[Any, Any]:
     """Builds an environment and its default params.
 
@@ -174,7 +220,8 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
             raise ValueError(
                 f"{env_id}: unknown env param(s) {bad}; valid params are {sorted(fields)}."
             )
-        params = params.replace(**overrides)
+        params = params.replace(**{k: _check_override(env_id, k, v, getattr(params, k))
+                                   for k, v in overrides.items()})
     if not env_id.startswith(GYMNAX_PREFIX):
         _warn_inherited_time_limit(env_id, env, params)  # an override may set the time limit
     return env, params

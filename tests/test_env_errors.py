@@ -97,6 +97,35 @@ def test_known_param_override_is_applied():
     assert params.g == 9.81 and params.max_steps_in_episode == 50
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])
+@pytest.mark.parametrize("override, exc, words", [
+    (dict(gravity="abc"), TypeError, "env param gravity must be a number (its default is 9.8), got 'abc'"),
+    (dict(gravity=None), TypeError, "env param gravity must be a number"),
+    (dict(gravity=float("inf")), ValueError, "env param gravity must be finite, got inf"),
+    (dict(gravity=float("nan")), ValueError, "env param gravity must be finite, got nan"),
+    (dict(gravity=True), TypeError, "env param gravity must be a number, got True"),
+    # An integer param: 10.7 trained 11-step episodes, 0 and -5 one-step episodes, 2**32 + 5 five.
+    (dict(max_steps_in_episode=10.7), ValueError,
+     "env param max_steps_in_episode is an integer (default 500), got 10.7"),
+    (dict(max_steps_in_episode=0), ValueError, "env param max_steps_in_episode must be >= 1"),
+    (dict(max_steps_in_episode=-5), ValueError, "env param max_steps_in_episode must be >= 1"),
+    (dict(max_steps_in_episode=2**32 + 5), ValueError,
+     "env param max_steps_in_episode=4294967301 does not fit in int32"),
+])
+def test_param_overrides_the_env_cannot_use_are_refused(env_id, override, exc, words):
+    with pytest.raises(exc) as info:
+        fusedrl.make(env_id, **override)
+    assert f"{env_id}: {words}" in str(info.value)
+
+
+def test_param_overrides_are_held_as_the_params_type():
+    _, params = fusedrl.make("CartPole-v1", max_steps_in_episode=10.0, gravity=np.float32(12.0))
+    assert type(params.max_steps_in_episode) is int and params.max_steps_in_episode == 10
+    assert params.gravity == 12.0
+    _, params = fusedrl.make("CartPole-v1", max_steps_in_episode=np.int64(7))
+    assert type(params.max_steps_in_episode) is int and params.max_steps_in_episode == 7
+
+
 # Wrong actions -------------------------------------------------------------------------------------
 def _bad_actions(space, batch=()):
     """(action, error, message pattern) triples that must be rejected for `space`."""

@@ -73,6 +73,23 @@ def test_config_derived_values():
         (dict(total_timesteps=2**31), ValueError, ["total_timesteps=2147483648", "2**31"]),
         (dict(env_params={"gravity": float("nan")}), ValueError, ["env_params['gravity']", "NaN"]),
         (dict(lr=True), TypeError, ["lr", "number", "True"]),
+        # Values that pass the checks in Python but not in float32, the precision training uses.
+        (dict(lr=1e300), ValueError, ["lr must be > 0 and finite, got 1e+300: that is inf in float32"]),
+        (dict(lr=1e-50), ValueError, ["lr must be > 0", "that is 0.0 in float32"]),
+        (dict(gamma=1e-46), ValueError, ["gamma must be in (0, 1]", "that is 0.0 in float32"]),
+        (dict(max_grad_norm=1e-50), ValueError, ["max_grad_norm must be > 0", "0.0 in float32"]),
+        # NumPy scalars that are not real numbers (np.bool_(True) trained with lr 1.0).
+        (dict(lr=np.bool_(True)), TypeError, ["lr must be a number", "True"]),
+        (dict(lr=np.complex64(1e-3 + 1j)), TypeError, ["lr must be a number", "complex64"]),
+        (dict(lr=np.str_("0.1")), TypeError, ["lr must be a number", "'0.1'"]),
+        (dict(num_envs=np.float64(4.0)), TypeError, ["num_envs must be an int"]),
+        # Containers without a layer order (a set's order is arbitrary) or without widths.
+        (dict(hidden_sizes={64, 32}), TypeError, ["hidden_sizes must be a list or tuple", "set"]),
+        (dict(hidden_sizes={64: 1}), TypeError, ["hidden_sizes must be a list or tuple", "dict"]),
+        (dict(hidden_sizes="64"), TypeError, ["hidden_sizes must be a list or tuple", "str"]),
+        # A minibatch of one: its normalised advantage is 0, and the policy never learns.
+        (dict(num_envs=2, num_steps=8, num_minibatches=16, total_timesteps=160), ValueError,
+         ["num_minibatches=16 makes minibatches of one transition", "normalize_adv=False"]),
     ],
 )
 def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
@@ -93,6 +110,21 @@ def test_config_env_params_are_plain_python_numbers():
     c = PPOConfig(env_params={"gravity": np.float32(12.0), "max_steps_in_episode": np.int64(50)})
     assert type(c.env_params["gravity"]) is float and type(c.env_params["max_steps_in_episode"]) is int
     json.dumps(c.to_dict())  # run folders and checkpoints write the config as JSON
+
+
+def test_config_takes_numpy_and_jax_scalars_as_python_numbers():
+    c = PPOConfig(num_envs=np.int64(4), lr=jnp.float32(1e-3), gamma=np.array(0.98),
+                  target_kl=np.float32(0.02), log_std_init=np.float64(-0.5),
+                  hidden_sizes=np.array([32, 16]), num_minibatches=np.int32(4))
+    assert type(c.num_envs) is int and type(c.num_minibatches) is int
+    assert all(type(getattr(c, f)) is float for f in ("lr", "gamma", "target_kl", "log_std_init"))
+    assert c.hidden_sizes == (32, 16) and all(type(w) is int for w in c.hidden_sizes)
+    assert c.lr == float(np.float32(1e-3))
+    hash(c)  # evaluate and the run caches key on the config
+    json.dumps(c.to_dict())
+    # One minibatch of one transition is fine without advantage normalisation.
+    assert PPOConfig(num_envs=2, num_steps=8, num_minibatches=16, total_timesteps=160,
+                     normalize_adv=False).minibatch_size == 1
 
 
 def test_config_replace_and_dict_roundtrip():

@@ -104,9 +104,13 @@ class PPOConfig:
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        # Normalise containers so the config is hashable and prints the same however it was built.
+        # Normalise containers so the config is hashable and prints the same however it was built,
+        # and NumPy/JAX scalars to Python numbers, so that it is hashable and writes as JSON.
         object.__setattr__(self, "hidden_sizes", _as_int_tuple(self.hidden_sizes))
         object.__setattr__(self, "env_params", _as_env_params(self.env_params))
+        for name in _INT_FIELDS + _NUMBER_FIELDS:
+            value = _as_python_number(getattr(self, name), integer=name in _INT_FIELDS)
+            object.__setattr__(self, name, value)
         _validate(self)
 
     # Derived values are computed, never stored.
@@ -199,13 +203,34 @@ def _init_with_names(self, *args, **kwargs):
 PPOConfig.__init__ = _init_with_names  # unknown keywords get a "did you mean" instead of a bare TypeError
 
 
+_INT_FIELDS = ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches")
+_NUMBER_FIELDS = TRACED_FIELDS + ("log_std_init", "target_kl")
+
+
+def _as_python_number(v, *, integer: bool):
+    """A NumPy or JAX scalar of a real number type as the Python int/float it holds; anything else
+    unchanged (for `_validate` to judge). Booleans stay booleans: they are refused there."""
+    if v is None or type(v) in (bool, int, float):
+        return v
+    dtype = getattr(v, "dtype", None)
+    if dtype is None or getattr(v, "shape", None) != () or isinstance(v, jax.core.Tracer):
+        return v
+    if integer and dtype.kind in "iu":
+        return int(v)
+    if not integer and dtype.kind in "iuf":
+        return float(v)
+    return v
+
+
 def _as_int_tuple(x) -> tuple[int, ...]:
     if isinstance(x, int):
         return (x,)
-    try:
-        return tuple(x)
-    except TypeError:
-        raise TypeError(f"hidden_sizes must be a sequence of positive ints, got {x!r}.") from None
+    if isinstance(x, np.ndarray | jax.Array) and x.ndim == 1 and x.dtype.kind in "iu":
+        return tuple(int(w) for w in x)
+    if not isinstance(x, list | tuple):  # a set or dict has no layer order; a string is no widths
+        raise TypeError(f"hidden_sizes must be a list or tuple of positive ints (one per hidden layer), "
+                        f"got {x!r} ({type(x).__name__}).")
+    return tuple(int(w) if isinstance(w, np.integer) else w for w in x)
 
 
 def _as_env_params(x) -> _FrozenDict:
@@ -235,15 +260,27 @@ def _is_int(v) -> bool:
 
 
 def _is_number(v) -> bool:
-    return (isinstance(v, int | float) and not isinstance(v, bool)) or (
-        hasattr(v, "dtype") and getattr(v, "shape", None) == ()
-    )
+    """A real number (after `_as_python_number`, NumPy/JAX scalars are Python numbers already)."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _range_checks(v: Mapping[str, float]) -> dict[str, tuple[bool, str]]:
+    """(in range?, the rule) of each traced field's value in `v`."""
+    return {
+        "lr": (0 < v["lr"] < math.inf, "must be > 0 and finite"),
+        "gamma": (0 < v["gamma"] <= 1, "must be in (0, 1]"),
+        "gae_lambda": (0 <= v["gae_lambda"] <= 1, "must be in [0, 1]"),
+        "clip_eps": (0 < v["clip_eps"] < math.inf, "must be > 0 and finite"),
+        "ent_coef": (0 <= v["ent_coef"] < math.inf, "must be >= 0 and finite"),
+        "vf_coef": (0 <= v["vf_coef"] < math.inf, "must be >= 0 and finite"),
+        "max_grad_norm": (v["max_grad_norm"] > 0, "must be > 0 (inf: no clipping)"),
+    }
 
 
 def _validate(c: PPOConfig) -> None:
     if not isinstance(c.env_id, str) or not c.env_id:
         raise TypeError(f"env_id must be an environment id string, got {c.env_id!r}.")
-    for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
+    for name in _INT_FIELDS:
         v = getattr(c, name)
         if not _is_int(v):
             raise TypeError(f"{name} must be an int, got {v!r} ({type(v).__name__}).")
@@ -269,13 +306,7 @@ def _validate(c: PPOConfig) -> None:
         if not _is_number(v):
             raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
     checks = {
-        "lr": (0 < c.lr < math.inf, "must be > 0 and finite"),
-        "gamma": (0 < c.gamma <= 1, "must be in (0, 1]"),
-        "gae_lambda": (0 <= c.gae_lambda <= 1, "must be in [0, 1]"),
-        "clip_eps": (0 < c.clip_eps < math.inf, "must be > 0 and finite"),
-        "ent_coef": (0 <= c.ent_coef < math.inf, "must be >= 0 and finite"),
-        "vf_coef": (0 <= c.vf_coef < math.inf, "must be >= 0 and finite"),
-        "max_grad_norm": (c.max_grad_norm > 0, "must be > 0 (inf: no clipping)"),
+        **_range_checks({name: getattr(c, name) for name in TRACED_FIELDS}),
         "log_std_init": (math.isfinite(c.log_std_init), "must be finite (0.0 is std 1, -1.0 std 0.37)"),
         "target_kl": (c.target_kl is None or c.target_kl > 0,
                       "must be > 0 (e.g. 0.01), or None to turn early stopping off"),
@@ -283,6 +314,21 @@ def _validate(c: PPOConfig) -> None:
     for name, (ok, rule) in checks.items():
         if not ok:
             raise ValueError(f"{name} {rule}, got {getattr(c, name)}.")
+    # Training holds the traced values in float32: one that passes above may not survive the cast
+    # (lr=1e300 is inf there, lr=1e-50 is 0, gamma=1e-46 is 0).
+    with np.errstate(over="ignore", under="ignore"):
+        as_f32 = {name: float(np.float32(getattr(c, name))) for name in TRACED_FIELDS}
+    checks32 = _range_checks(as_f32)
+    for name, (ok, rule) in checks32.items():
+        if not ok:
+            raise ValueError(f"{name} {rule}, got {getattr(c, name)}: that is {as_f32[name]} in float32, the "
+                             f"precision training uses.")
+    if c.normalize_adv and c.minibatch_size == 1:
+        raise ValueError(
+            f"num_minibatches={c.num_minibatches} makes minibatches of one transition (batch "
+            f"{c.batch_size}), and normalize_adv=True then makes every advantage 0: the policy would "
+            f"never learn. Use fewer minibatches, or normalize_adv=False."
+        )
     for name in ("anneal_lr", "normalize_obs", "normalize_reward", "normalize_adv", "clip_value_loss"):
         v = getattr(c, name)
         if not isinstance(v, bool):
