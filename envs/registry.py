@@ -162,10 +162,14 @@ def _check_override(env_id: str, name: str, value: Any, default: Any) -> Any:
     if v.dtype.kind == "b":
         raise TypeError(f"{env_id}: env param {name} must be a number, got {value!r}.")
     x = float(v)
-    if not math.isfinite(x):
-        raise ValueError(f"{env_id}: env param {name} must be finite, got {value!r}; give it a value "
+    if x != x:  # NaN: no physics; it would train and evaluate to NaN without an error (inf may be a
+        # limit that never binds, e.g. CartPole's x_threshold)
+        raise ValueError(f"{env_id}: env param {name} must be a number, got NaN; give it a value "
                          f"(or leave it out for the env's default).")
     if kind in "iu":  # an integer param (a time limit, a count): a whole number that fits int32
+        if not math.isfinite(x):
+            raise ValueError(f"{env_id}: env param {name} is an integer (default {default!r}), got "
+                             f"{value!r}; give a whole number.")
         if x != int(x):
             raise ValueError(f"{env_id}: env param {name} is an integer (default {default!r}), got "
                              f"{value!r}; give a whole number.")
