@@ -1120,17 +1120,19 @@ def test_run_options_imports_are_module_names(tmp_path, bad, words):
 def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
     calls = []
 
-    def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True):
-        calls.append((num_episodes, seed, greedy))
-        return {"episodes": num_episodes, "per_seed": [1.0], "mean": 1.0, "std": 0.0}
+    def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True, max_steps=runs.EVAL_MAX_STEPS):
+        calls.append((num_episodes, seed, greedy, max_steps))
+        return {"episodes": num_episodes, "per_seed": [1.0], "mean": 1.0, "std": 0.0, "unfinished": 0,
+                "diverged_seeds": []}
 
     monkeypatch.setattr(runs, "evaluate_run", fake_evaluate_run)
     code, out, err = run_cli("evaluate", tmp_path, "--episodes", "3", "--seed", "11")
     assert code == 0, err
-    assert calls == [(3, 11, True)] and "greedy return over 3 episodes per seed" in out
-    code, out, err = run_cli("evaluate", tmp_path, "--sampled")
+    assert calls == [(3, 11, True, runs.EVAL_MAX_STEPS)] and "greedy return over 3 episodes per seed" in out
+    code, out, err = run_cli("evaluate", tmp_path, "--sampled", "--max-steps", "50")
     assert code == 0, err
-    assert calls[1:] == [(None, None, False)] and "sampled-action return over" in out
+    assert calls[1:] == [(None, None, False, 50)] and "sampled-action return over" in out
+    assert "WARNING" not in out
 
 
 @pytest.mark.parametrize("argv, note", [
@@ -1310,3 +1312,54 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
         assert code == 0, err
     finally:
         sys.modules.pop("fusedrl_cli_test_envs", None)
+
+
+def test_a_run_that_diverges_or_never_ends_an_episode_says_so(tmp_path, monkeypatch):
+    # Before: the run's evaluation never returned when no episode ended; and a run whose parameters
+    # were NaN reported plausible greedy returns (argmax of NaN logits is action 0).
+    import jax.numpy as jnp
+
+    import fusedrl
+    from fusedrl.envs import registry
+    from fusedrl.envs.cartpole import CartPole
+
+    class NeverEnds(CartPole):  # time < 0 is never true, but XLA cannot prove it (it drops a loop
+        # whose end it can prove unreachable, when nothing it computes is used)
+        def step_env(self, key, state, action, params):
+            obs, state, reward, _, info = super().step_env(key, state, action, params)
+            return obs, state, reward, state.time < 0, info
+
+        def is_truncated(self, state, params):
+            return state.time < 0
+
+    class NaNReward(CartPole):
+        def step_env(self, key, state, action, params):
+            obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+            return obs, state, reward * jnp.nan, terminated, info
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(runs, "EVAL_MAX_STEPS", 50)  # as 1,000,000, but quicker to reach
+    fusedrl.register("CliNeverEnds-v0", NeverEnds)
+    fusedrl.register("CliNaNReward-v0", NaNReward)
+    options = runs.RunOptions(num_seeds=2, eval_episodes=3, progress_every=0)
+
+    run = runs.train_run(PPOConfig(env_id="CliNeverEnds-v0", **TINY), tmp_path / "never", options=options,
+                         progress=False)
+    saved = json.loads((tmp_path / "never" / "summary.json").read_text())
+    assert saved["status"] == "finished" and saved["eval_unfinished_episodes"] == 6
+    assert saved["eval_return_mean"] is None and saved["diverged_seeds"] == []
+    assert "WARNING: 6 evaluation episode(s) had not ended after 50 steps" in runs.summary_table(run.summary)
+    code, out, err = run_cli("evaluate", tmp_path / "never", "--max-steps", "20")
+    assert code == 0 and "WARNING: 6 evaluation episode(s) had not ended after 20 steps" in out, err
+
+    run = runs.train_run(PPOConfig(env_id="CliNaNReward-v0", **TINY), tmp_path / "nan", options=options,
+                         progress=False)
+    saved = json.loads((tmp_path / "nan" / "summary.json").read_text())
+    assert saved["diverged_seeds"] == [0, 1] and saved["eval_unfinished_episodes"] == 0
+    assert saved["eval_return_per_seed"] == [None, None]
+    assert "WARNING: seed(s) 0, 1 diverged" in runs.summary_table(run.summary)
+    with pytest.warns(RuntimeWarning, match="parameters are not all finite"):
+        fusedrl.load(tmp_path / "nan", seed=1)
+    for bad in (1.7, True):
+        with pytest.raises(TypeError, match="seed must be the index of a seed of the run"):
+            fusedrl.load(tmp_path / "nan", seed=bad)

@@ -512,7 +512,7 @@ def test_target_kl_stop_is_final_for_the_update():
     # (KL still ~0: the parameters no longer move) must not restart it: at most the near samples
     # drawn before the first far one are stepped, never all 2 x 2 of them.
     config = PPOConfig(**{**SMALL, "num_envs": 1, "num_steps": 4, "total_timesteps": 4,
-                          "num_minibatches": 4, "target_kl": 1e-3})
+                          "num_minibatches": 4, "target_kl": 1e-3, "normalize_adv": False})
     train = make_train(config)
     hp = train.default_hparams()
     state = train.init(jax.random.key(0), hp)
@@ -898,6 +898,34 @@ def _greedy_returns_by_hand(train, result, key, n, observe=lambda obs: obs):
         return jax.lax.while_loop(lambda c: ~c[2], body, (s, jnp.float32(0.0), jnp.bool_(False)))[1]
 
     return np.asarray(jax.jit(jax.vmap(greedy_return))(starts))
+
+
+def test_evaluate_does_not_run_a_diverged_policy(small):
+    # NaN parameters: argmax of NaN logits is action 0, which scored plausible CartPole returns.
+    config, _, _, result = small
+    leaves, tree = jax.tree.flatten(result.params)
+    broken = jax.tree.unflatten(tree, [leaves[0].at[0].set(jnp.nan), *leaves[1:]])
+    diverged = result.replace(state=result.state.replace(params=broken))
+    assert np.isnan(np.asarray(fusedrl.evaluate(config, diverged, jax.random.key(1), 4))).all()
+    assert np.isfinite(np.asarray(fusedrl.evaluate(config, result, jax.random.key(1), 4))).all()
+    inf = jax.tree.unflatten(tree, [leaves[0].at[0].set(jnp.inf), *leaves[1:]])
+    returns = fusedrl.evaluate(config, result.replace(state=result.state.replace(params=inf)),
+                               jax.random.key(1), 4, greedy=False, max_steps=10)
+    assert np.isnan(np.asarray(returns)).all()
+
+
+@pytest.mark.parametrize("kwargs, exc, words", [
+    (dict(num_episodes=2.7), ValueError, "num_episodes must be an int >= 1, got 2.7"),  # gave 2
+    (dict(num_episodes=True), ValueError, "num_episodes must be an int >= 1, got True"),
+    (dict(num_episodes="3"), ValueError, "num_episodes must be an int >= 1, got '3'"),
+    (dict(num_episodes=0), ValueError, "num_episodes must be an int >= 1, got 0"),
+    (dict(greedy="no"), TypeError, "greedy must be True (the policy's mode) or False"),  # was greedy
+])
+def test_evaluate_arguments_of_the_wrong_kind_are_refused(small, kwargs, exc, words):
+    config, _, _, result = small
+    with pytest.raises(exc, match=re.escape(words)):
+        fusedrl.evaluate(config, result, jax.random.key(1), **{"num_episodes": 4, **kwargs})
+    assert fusedrl.evaluate(config, result, jax.random.key(1), np.int64(2)).shape == (2,)
 
 
 def test_evaluate_is_greedy_and_each_seed_gets_its_own_key(small):

@@ -347,10 +347,10 @@ def evaluate(
     normalised with the run's final statistics (frozen), raw returns, greedy (mode) actions unless
     `greedy=False`.
     """
+    from fusedrl.evaluation import check_evaluate_args
+
+    num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
     trainer = make_host_train(config)
-    num_episodes = int(num_episodes)
-    if num_episodes < 1:
-        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}.")
     env = trainer.env
     stats = trainer.obs_stats(result.state)
     limit = max_steps or env.max_episode_steps or 100_000

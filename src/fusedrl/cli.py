@@ -24,6 +24,7 @@ from fusedrl._argtypes import (
     import_modules,
     key_seed_arg,
     parse_overrides,
+    positive_int,
     seed_arg,
 )
 from fusedrl.envs import make, registered_ids, space_info
@@ -107,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation key seed (default: the run's seed + 1, the key summary.json used)")
     e.add_argument("--sampled", action="store_true",
                    help="sample actions from the policy instead of taking its mode (greedy)")
+    e.add_argument("--max-steps", type=positive_int, metavar="N", default=None,
+                   help="end the evaluation after N steps; episodes still running report NaN "
+                        "(default: 1,000,000, as the run's own evaluation)")
     add_import_option(e)
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",
@@ -349,7 +353,8 @@ def cmd_evaluate(args) -> int:
     if args.episodes is not None and args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
     try:
-        ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed, greedy=not args.sampled)
+        ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed, greedy=not args.sampled,
+                          **({} if args.max_steps is None else {"max_steps": args.max_steps}))
     except (FileNotFoundError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     kind = "sampled-action" if args.sampled else "greedy"
@@ -360,6 +365,10 @@ def cmd_evaluate(args) -> int:
     for i, r in enumerate(ev["per_seed"]):
         print(f"  seed {i:>3}  {r:10.1f}")
     print(f"  mean      {ev['mean']:10.1f} +- {ev['std']:.1f}")
+    from fusedrl.runs import EVAL_MAX_STEPS, evaluation_warnings
+
+    for line in evaluation_warnings(ev["diverged_seeds"], ev["unfinished"], args.max_steps or EVAL_MAX_STEPS):
+        print(line)
     return 0
 
 

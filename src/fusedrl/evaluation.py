@@ -35,6 +35,9 @@ def evaluate(
     that have not ended report NaN (the host bridge's `fusedrl.bridge.evaluate` reports their
     partial returns instead).
 
+    A policy whose parameters are not all finite (a run that diverged) is not run: its returns are
+    NaN, not the returns of whatever its NaN outputs happen to pick.
+
     `result` may come from `jax.vmap(train)` (a leading seed axis on every leaf): then the returns
     have shape [num_seeds, num_episodes], one row per seed, each with its own key. More leading
     axes (a `SweepResult.result`, leaves [seed, *axis sizes, ...]) give returns
@@ -43,14 +46,26 @@ def evaluate(
     The whole evaluation is one jitted program, compiled once per (config, num_episodes, greedy,
     max_steps) and result shape, so an eager call costs one compile rather than one per operation.
     """
-    if int(num_episodes) < 1:
-        raise ValueError(f"num_episodes must be >= 1, got {num_episodes}.")
-    if max_steps is not None and (not isinstance(max_steps, numbers.Integral) or isinstance(max_steps, bool)
-                                  or max_steps < 1):
+    num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
+    return _evaluator(config, num_episodes, greedy, max_steps)(result, key)
+
+
+def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int | None]:
+    """`evaluate`'s (num_episodes, greedy, max_steps) as plain Python values; a value of the wrong
+    kind (num_episodes=2.7 gave 2 episodes, greedy="no" was greedy) is an error naming it."""
+    if not _is_int(num_episodes) or num_episodes < 1:
+        raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}.")
+    if not isinstance(greedy, bool):
+        raise TypeError(f"greedy must be True (the policy's mode) or False (sampled actions), got "
+                        f"{greedy!r}.")
+    if max_steps is not None and (not _is_int(max_steps) or max_steps < 1):
         raise ValueError(f"max_steps must be an int >= 1 (or None: until every episode ends), got "
                          f"{max_steps!r}.")
-    max_steps = None if max_steps is None else int(max_steps)
-    return _evaluator(config, int(num_episodes), bool(greedy), max_steps)(result, key)
+    return int(num_episodes), greedy, None if max_steps is None else int(max_steps)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 @functools.lru_cache(maxsize=16)
@@ -150,9 +165,12 @@ def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key
     hparams, params, num_episodes = result.hparams, result.params, venv.num_envs
     zeros = jnp.zeros(num_episodes, jnp.float32)
     finished = jnp.zeros(num_episodes, bool)
+    # A diverged policy (NaN or inf parameters) is not run: argmax of NaN logits is action 0, which
+    # would give it plausible returns, and NaN actions could keep its episodes from ever ending.
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
 
     def cond(carry):
-        going = ~jnp.all(carry[4])
+        going = ~jnp.all(carry[4]) & finite
         return going if max_steps is None else going & (carry[5] < max_steps)
 
     def body(carry):
@@ -166,4 +184,4 @@ def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key
         return env_state, obs, key, returns, finished | info["episode_done"], t + 1
 
     carry = jax.lax.while_loop(cond, body, (env_state, obs, key, zeros, finished, jnp.int32(0)))
-    return jnp.where(carry[4], carry[3], jnp.nan)
+    return jnp.where(carry[4], carry[3], jnp.nan)  # a diverged policy's episodes never started

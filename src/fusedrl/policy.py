@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numbers
 import os
+import warnings
 from pathlib import Path
 
 import jax
@@ -102,6 +104,8 @@ def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
       path: a run folder written by `fusedrl train` / `train_run`, or its `checkpoint/` directory.
       seed: which seed of a multi-seed run; default 0. Ignored by single-run checkpoints.
     """
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+        raise TypeError(f"seed must be the index of a seed of the run (an int), got {seed!r}.")
     path = Path(path)
     ckpt_dir = path / "checkpoint" if (path / "checkpoint").is_dir() else path
     expected = None
@@ -120,5 +124,8 @@ def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
             hparams = jax.tree.map(lambda x: x[i] if np.ndim(x) else x, hparams)
     elif seed not in (None, 0):
         raise IndexError(f"{path} holds a single run; seed={seed} does not exist.")
+    if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.params)):
+        warnings.warn(f"{path}: the policy's parameters are not all finite (the run diverged), so its "
+                      f"actions mean nothing.", RuntimeWarning, stacklevel=2)
     return Policy(config, state, hparams)
 

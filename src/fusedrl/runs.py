@@ -11,7 +11,8 @@ A run folder holds:
     checkpoint/          the latest RunnerState of every seed (see fusedrl.checkpoint): the final
                          one, and during training one every `checkpoint_every` updates, from which
                          `resume_run` (`fusedrl train --resume DIR`) continues an interrupted run
-    summary.json         greedy evaluation per seed, timings, status
+    summary.json         greedy evaluation per seed, timings, status; diverged seeds (parameters not
+                         finite: not evaluated) and evaluation episodes cut at EVAL_MAX_STEPS
 
 Every file is written to a temporary name and renamed, so a crash or Ctrl-C leaves complete files
 only; metrics.csv grows by whole rows.
@@ -70,6 +71,13 @@ METRICS_FILE = "metrics.csv"
 CURVE_FILE = "learning_curve.png"
 CHECKPOINT_DIR = "checkpoint"
 SUMMARY_FILE = "summary.json"
+
+
+#: The bound on each episode of a run's evaluation (`evaluate(max_steps=...)`) in `train_run` and
+#: `evaluate_run`: an episode still running after it reports NaN (counted in summary.json's
+#: "eval_unfinished_episodes"), instead of the evaluation never returning (an env without a working
+#: time limit). Far above the time limits of our envs and gymnax's (at most a few thousand steps).
+EVAL_MAX_STEPS = 1_000_000
 
 
 class RunFolderExists(FileExistsError):
@@ -664,8 +672,9 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
         summary["status"] = "evaluating"
         t = time.perf_counter()
         returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes,
-                                 progress_file=progress_file)
+                                 progress_file=progress_file, max_steps=EVAL_MAX_STEPS)
         per_seed = returns.mean(axis=1)
+        diverged = diverged_seeds(result)
         last = {k: np.asarray(result.metrics[k])[:, -1] for k in ("episode_return", "episode_length")}
         last_train = [round(float(x), 3) if e else None  # None: no episode has ended
                       for x, e in zip(last["episode_return"], has_episode(last), strict=True)]
@@ -676,6 +685,9 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             eval_return_mean=round(float(per_seed.mean()), 3),
             eval_return_std=round(float(per_seed.std()), 3),
             eval_seconds=round(time.perf_counter() - t, 3),
+            eval_unfinished_episodes=unfinished_episodes(returns, diverged),
+            eval_max_steps=EVAL_MAX_STEPS,
+            diverged_seeds=diverged,
             final_train_return_per_seed=last_train,
         )
         if path is not None:
@@ -727,15 +739,35 @@ def eval_key(options: RunOptions) -> jax.Array:
     return jax.random.key(eval_seed(options))
 
 
+def diverged_seeds(result: TrainResult) -> list[int]:
+    """The seeds (indices on the leading axis) whose parameters are not all finite."""
+    ok = None
+    for x in jax.tree.leaves(jax.device_get(result.params)):
+        x = np.asarray(x)
+        finite = np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+        ok = finite if ok is None else ok & finite
+    return [int(i) for i in np.flatnonzero(~ok)]
+
+
+def unfinished_episodes(returns: np.ndarray, diverged: Sequence[int]) -> int:
+    """Evaluation episodes [num_seeds, num_episodes] that reported NaN (had not ended after the
+    evaluation's max_steps), not counting the diverged seeds', which are NaN without running."""
+    keep = np.ones(returns.shape[0], bool)
+    keep[list(diverged)] = False
+    return int(np.isnan(returns[keep]).sum())
+
+
 def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
-                   progress_file=None, greedy: bool = True) -> np.ndarray:
+                   progress_file=None, greedy: bool = True, max_steps: int | None = None) -> np.ndarray:
     """Greedy (or, with greedy=False, sampled) returns [num_seeds, num_episodes] of a result whose
     leaves have a seed axis; each seed gets its own key split from `key` (as `fusedrl.evaluate`
     does), also on the host bridge. `progress_file`: where a Ctrl-C held while evaluating is noted
-    (default stderr)."""
+    (default stderr). `max_steps`: see `fusedrl.evaluate` (the host bridge bounds its episodes by
+    the env's time limit, or 100,000 steps, instead)."""
     if not is_host_env_id(config.env_id):
         with hold_interrupt("evaluating", progress_file):  # it compiles first: see hold_interrupt
-            returns = np.asarray(evaluate(config, result, key, num_episodes, greedy=greedy))
+            returns = np.asarray(evaluate(config, result, key, num_episodes, greedy=greedy,
+                                          max_steps=max_steps))
         return returns[None] if returns.ndim == 1 else returns
     from fusedrl.bridge import evaluate as evaluate_on_host
 
@@ -786,14 +818,16 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
 
 
 def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
-                 seed: int | None = None, greedy: bool = True) -> dict[str, Any]:
+                 seed: int | None = None, greedy: bool = True,
+                 max_steps: int | None = EVAL_MAX_STEPS) -> dict[str, Any]:
     """Greedy (or, with greedy=False, sampled) returns of every seed in a saved run: {"per_seed":
     [...], "mean": m, "std": s, "episodes": n, "update": the checkpoint's update, "num_updates":
-    the run's}. An unfinished run's checkpoint (`checkpoint_every`) is its latest: "update" <
-    "num_updates".
+    the run's, "unfinished": episodes that had not ended after `max_steps` steps (NaN returns),
+    "diverged_seeds": seeds whose parameters are not finite (NaN returns)}. An unfinished run's
+    checkpoint (`checkpoint_every`) is its latest: "update" < "num_updates".
 
-    The defaults reproduce the run's summary.json: greedy, its eval_episodes, and the key it used
-    (`jax.random.key(seed)` with the run's seed + 1).
+    The defaults reproduce the run's summary.json: greedy, its eval_episodes, the key it used
+    (`jax.random.key(seed)` with the run's seed + 1) and its bound on episodes (EVAL_MAX_STEPS).
     """
     if isinstance(seed, np.integer):  # e.g. from np.arange: as jax.random.key takes it
         seed = int(seed)
@@ -805,11 +839,27 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
     key = eval_key(options) if seed is None else jax.random.key(seed)
     saved_config, state, hparams, meta = ckpt.restore(run_dir / CHECKPOINT_DIR, config)
     result = TrainResult(state=state, metrics={}, hparams=hparams)
-    returns = evaluate_seeds(config, result, key, num_episodes, greedy=greedy)
+    returns = evaluate_seeds(config, result, key, num_episodes, greedy=greedy, max_steps=max_steps)
     per_seed = returns.mean(axis=1)
+    diverged = diverged_seeds(result)
     return {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
             "episodes": num_episodes, "update": int(np.ravel(state.update)[0]),
-            "num_updates": config.num_updates}
+            "num_updates": config.num_updates, "unfinished": unfinished_episodes(returns, diverged),
+            "diverged_seeds": diverged}
+
+
+def evaluation_warnings(diverged: Sequence[int] | None, unfinished: int | None,
+                        max_steps: int | None) -> list[str]:
+    """Lines that say why an evaluation's returns are NaN: diverged seeds, unfinished episodes."""
+    lines = []
+    if diverged:
+        lines.append(f"  WARNING: seed(s) {', '.join(map(str, diverged))} diverged: their parameters are not "
+                     f"finite, so they were not evaluated (NaN). Lower lr or max_grad_norm, or check the "
+                     f"env's rewards and observations.")
+    if unfinished:
+        lines.append(f"  WARNING: {unfinished} evaluation episode(s) had not ended after {max_steps:,} steps "
+                     f"(NaN): does the env have a working time limit (max_steps_in_episode)?")
+    return lines
 
 
 def summary_table(summary: Mapping[str, Any]) -> str:
@@ -823,6 +873,8 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         lines.append(f"  {i:>4}  {ev:>13.1f}  {train_text:>17}")
     lines.append(f"  {'mean':>4}  {summary['eval_return_mean']:>8.1f} +- {summary['eval_return_std']:<.1f}"
                  f"   ({summary['eval_episodes']} greedy episodes per seed)")
+    lines += evaluation_warnings(summary.get("diverged_seeds"), summary.get("eval_unfinished_episodes"),
+                                 summary.get("eval_max_steps"))
     compile_s = summary["compile_seconds"]
     compile_text = "(compile included in train)" if compile_s is None else f"compile {compile_s:.1f} s"
     resumed = summary.get("resumed_at_update")
