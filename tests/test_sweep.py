@@ -489,6 +489,33 @@ def test_sweep_cli_progress_rate_counts_the_steps_since_the_first_report(monkeyp
         (dict(lr=[1e-3], callback_every=0), ["callback_every must be an int >= 1, got 0"]),
         (dict(lr=[1e-3], callback=print, callback_every=2.5), ["callback_every must be an int >= 1"]),
         (dict(lr=[1e-3], callback="print"), ["callback must be a function", "'print'"]),
+        # Values a cast to int32 / float32 would change: numpy wraps 2**32 + 5 around to 5 (the run
+        # trained with a time limit of 5) and turns 3e9 into -2**31.
+        (dict(max_steps_in_episode=[10, 2**32 + 5]),
+         ["max_steps_in_episode", "[4294967301]", "out of range", "[-2147483648, 2147483647]"]),
+        (dict(max_steps_in_episode=[10, 2**32 + 5, 3e9]),
+         ["max_steps_in_episode", "4294967301", "3000000000", "[-2147483648, 2147483647]"]),
+        (dict(max_steps_in_episode=[10, 2**70]), ["max_steps_in_episode", str(2**70), "out of range"]),
+        (dict(max_steps_in_episode=[10, float("nan")]),
+         ["max_steps_in_episode is an integer field", "got nan among its values", "whole numbers in"]),
+        (dict(mode="random", num_samples=4, max_steps_in_episode=(10, 2**32)),
+         ["max_steps_in_episode", "bounds [4294967296] out of range", "2147483647"]),
+        (dict(gravity=[9.8, 1e39]), ["gravity", "[1e+39]", "float32", "3.403e+38"]),
+        (dict(gravity=[9.8, 1e-50]), ["gravity", "[1e-50]", "float32", "1.175e-38"]),
+        (dict(mode="random", num_samples=4, gravity=(1.0, 1e39)), ["gravity", "bounds [1e+39]", "float32"]),
+        # NaN env params train to NaN without an error (PPOConfig and make refuse them too).
+        (dict(gravity=[9.8, float("nan")]), ["sweep axis gravity", "got nan", "must be a number"]),
+        (dict(mode="zip", gravity=[float("nan"), 9.8]), ["sweep axis gravity", "got nan"]),
+        (dict(mode="random", num_samples=4, gravity=[9.8, float("nan")]), ["sweep axis gravity", "got nan"]),
+        # Random search with no field to draw: num_samples identical trials.
+        (dict(mode="random", num_samples=3), ["mode='random' needs at least one field spec",
+                                              "lr=(1e-5, 1e-3)", "num_seeds=3"]),
+        (dict(mode="random", num_samples=2.5, lr=(1e-5, 1e-3)), ["num_samples must be an int", "2.5"]),
+        (dict(mode="random", num_samples=True, lr=(1e-5, 1e-3)), ["num_samples must be an int", "True"]),
+        (dict(lr=[1e-3], devices=["cpu"]), ["devices must be jax.Device objects", "jax.devices('cpu')",
+                                            "'cpu' (str)"]),
+        (dict(lr=[1e-3], devices="cpu"), ["devices must be a list of jax.Device objects", "got 'cpu'"]),
+        (dict(lr=[1e-3], devices=jax.devices("cpu")[0]), ["devices must be a list of jax.Device objects"]),
     ],
 )
 def test_clear_errors(kwargs, words):
@@ -564,6 +591,55 @@ def test_random_integer_uniform_bounds_are_both_drawn():
         values = sweep_module._layout(config, 1, "random", 64, jax.random.key(0),
                                       {"max_steps_in_episode": spec}, fields)[2]
         assert set(values["max_steps_in_episode"][0].tolist()) == {100, 101}, spec
+
+
+def test_values_at_the_edges_of_their_dtype_are_kept_exactly():
+    config = PPOConfig(**SMALL)
+    fields = sweep_module._env_fields(config)
+    axes = dict(max_steps_in_episode=[1, 2**31 - 1], gravity=[0.0, 3e38], max_grad_norm=[0.5, float("inf")])
+    values = sweep_module._layout(config, 1, "grid", None, jax.random.key(0), axes, fields)[2]
+    assert values["max_steps_in_episode"][0, :, 0, 0].tolist() == [1, 2**31 - 1]
+    np.testing.assert_array_equal(values["gravity"][0, 0, :, 0], np.float32([0.0, 3e38]))
+    assert values["max_grad_norm"][0, 0, 0, 1] == np.inf  # inf: no gradient clipping, as in PPOConfig
+    # An infinite env param may be a limit that never binds, as make and PPOConfig take it.
+    assert sweep_module.check_sweep(config, 1, x_threshold=[2.4, float("inf")]) is None
+    # Random integer bounds at int32's top, and numpy ints for num_samples.
+    for spec in [(2**31 - 2, 2**31 - 1), (-(2**31), 2**31 - 1)]:
+        drawn = sweep_module._layout(config, 1, "random", np.int64(64), jax.random.key(0),
+                                     {"max_steps_in_episode": spec}, fields)[2]["max_steps_in_episode"][0]
+        assert drawn.shape == (64,) and drawn.min() >= spec[0] and drawn.max() <= spec[1], spec
+        if spec[0] == 2**31 - 2:
+            assert set(drawn.tolist()) == {2**31 - 2, 2**31 - 1}
+
+
+@pytest.fixture
+def x64():
+    """jax_enable_x64 on for one test; the process-wide flag is restored after it."""
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
+@pytest.mark.parametrize("streams", [1, 2])  # one vmap; two streams of `lax.map`
+def test_sweeps_in_float32_with_jax_enable_x64(x64, streams):
+    # Under x64 the unswept env params (Python floats, weakly typed float32 in the trainer) were
+    # passed as float64 arrays: the env state turned float64 and the training loop's scan refused
+    # its carry ("env_state.x float32 vs float64"). See test_ppo's x64 test for the trainer.
+    tiny = PPOConfig(num_envs=2, num_steps=8, total_timesteps=64, num_minibatches=2, update_epochs=1,
+                     hidden_sizes=(8,))
+    axes = dict(lr=[1e-3, 3e-4], max_steps_in_episode=[5, 500])
+    r = sweep(tiny, 1, streams=streams, **axes)
+    leaves = [*jax.tree.leaves(r.result), *r.metrics.values()]
+    wide = {str(x.dtype) for x in leaves if str(x.dtype) in ("float64", "int64")}
+    assert not wide and r.result.hparams.env_params.gravity.dtype == np.float32, wide
+    assert r.values["lr"].dtype == np.float32 and r.values["max_steps_in_episode"].dtype == np.int32
+    jax.config.update("jax_enable_x64", False)  # the same sweep in JAX's default 32 bits
+    want = sweep(tiny, 1, streams=streams, **axes)
+    for name, value in want.metrics.items():
+        np.testing.assert_allclose(r.metrics[name], value, err_msg=name, **TOL)
 
 
 def test_random_fields_with_the_same_spec_are_drawn_independently():

@@ -477,28 +477,82 @@ def _numbers(name: str, values, dtype, what: str = "values") -> np.ndarray:
     """A non-empty 1-D list of numbers as a `dtype` array (grid and zip values, random choices),
     refusing what the cast would change silently: anything but numbers (strings such as '1e-3'
     too) and, for an integer field, numbers that are not whole."""
-    arr = np.asarray(values)
+    arr = np.asarray(values)  # an object array for ints beyond 64 bits (2**70)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name}: expected a non-empty 1-D list of {what}, got shape {arr.shape}.")
-    if arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biuf" and not (
+            arr.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in arr.tolist())):
         raise ValueError(
             f"{name}: {what} must be numbers, got {arr.tolist()!r}; write them as numbers "
             f"(1e-3, not '1e-3'), as the config field takes them."
         )
-    if np.issubdtype(dtype, np.integer) and not np.all(np.equal(np.mod(arr, 1), 0)):
-        raise ValueError(f"{name} is an integer field; got non-integer {what} {arr.tolist()}: give whole "
-                         f"numbers.")
+    _check_cast(name, arr.tolist(), dtype, what)
     return arr.astype(dtype)
 
 
+def _check_cast(name: str, values: Sequence, dtype, what: str = "values") -> None:
+    """Refuses numbers that a cast to `dtype` (int32, bool or float32: `_dtype_of`) would not keep:
+    for an integer field anything but whole numbers in its range (numpy wraps 2**32 + 5 around to
+    5 and turns 3e9 into -2**31), for a boolean one anything but 0 and 1, for a float32 one finite
+    numbers that overflow to inf or underflow below its smallest normal number (0 or a subnormal,
+    which XLA may flush to 0). NaN and inf stay NaN and inf in float32: the range checks of
+    PPOConfig (`_validate_values`) and of env params decide about them."""
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        wrong = [v for v in values if not isinstance(v, numbers.Integral) and not math.isfinite(v)]
+        if wrong:
+            raise ValueError(f"{name} is an integer field; got {wrong[0]} among its {what} {list(values)}: "
+                             f"give whole numbers in [{info.min}, {info.max}].")
+        if not all(isinstance(v, numbers.Integral) or float(v).is_integer() for v in values):
+            raise ValueError(f"{name} is an integer field; got non-integer {what} {list(values)}: give "
+                             f"whole numbers.")
+        wrong = [v for v in values if not info.min <= v <= info.max]
+        if wrong:
+            raise ValueError(
+                f"{name}: {what} {wrong} out of range: {name} is an {np.dtype(dtype).name} field, whose "
+                f"valid range is [{info.min}, {info.max}] (a cast would wrap them around)."
+            )
+    elif np.issubdtype(dtype, np.bool_):
+        wrong = [v for v in values if not (v == 0 or v == 1)]
+        if wrong:
+            raise ValueError(f"{name} is a boolean field; got {wrong} among its {what}: give True/False "
+                             f"(or 1/0).")
+    else:
+        tiny, big = float(np.finfo(dtype).smallest_normal), float(np.finfo(dtype).max)  # Python floats:
+        # compared with a numpy float32, a Python float is cast to float32 (NEP 50), 1e39 to inf.
+
+        def fits(v) -> bool:
+            try:
+                m = abs(float(v))
+            except OverflowError:  # an int beyond a float64
+                return False
+            return not math.isfinite(m) or m == 0 or tiny <= m <= big
+
+        wrong = [v for v in values if not fits(v)]
+        if wrong:
+            kind = np.dtype(dtype).name
+            raise ValueError(
+                f"{name}: {what} {wrong} out of {kind}'s range (values are cast to {kind}, where they "
+                f"would become inf, or 0 or lose their precision): give 0 or magnitudes in "
+                f"[{tiny:.4g}, {big:.4g}]."
+            )
+
+
 def _validate_values(config: PPOConfig, name: str, values: np.ndarray) -> None:
-    """Runs PPOConfig's own range checks (lr > 0, gamma in (0, 1], ...) on each traced value."""
+    """Runs PPOConfig's own range checks (lr > 0, gamma in (0, 1], ...) on each traced value, and
+    refuses NaN env params, as `fusedrl.make` does (inf may be a limit that never binds, e.g.
+    CartPole's x_threshold)."""
     if name in TRACED_FIELDS:
         for v in np.unique(values):
             try:
                 config.replace(**{name: float(v)})
             except (TypeError, ValueError) as e:
                 raise ValueError(f"sweep axis {name}: {e}") from None
+    elif np.issubdtype(values.dtype, np.floating) and np.isnan(values).any():
+        raise ValueError(
+            f"sweep axis {name}: got nan; an env param must be a number (with NaN the run would train "
+            f"and evaluate to NaN without an error)."
+        )
 
 
 def _same_every_trial(name: str, spec, value) -> None:
@@ -528,13 +582,16 @@ def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
         )
     if not all(isinstance(b, numbers.Real) and not isinstance(b, bool) for b in (spec.low, spec.high)):
         raise ValueError(f"{name}={spec!r}: low and high must be numbers (1e-3, not '1e-3').")
-    low, high = float(spec.low), float(spec.high)
+    try:
+        low, high = float(spec.low), float(spec.high)
+    except OverflowError:  # an int beyond a float64
+        low, high = math.inf, math.inf
     if not (math.isfinite(low) and math.isfinite(high)):
-        raise ValueError(f"{name}: low and high must be finite, got ({low}, {high}).")
+        raise ValueError(f"{name}: low and high must be finite, got ({spec.low}, {spec.high}).")
     if not low <= high:
         raise ValueError(f"{name}: low must be <= high, got ({low}, {high}).")
-    if np.float32(low) == np.float32(high):  # as drawn: float32 (or whole numbers)
-        _same_every_trial(name, spec, spec.low)
+    if np.issubdtype(dtype, np.bool_):
+        raise ValueError(f"{name} is a boolean field: give the values to choose from, [False, True].")
     if np.issubdtype(dtype, np.integer):
         if isinstance(spec, LogUniform):
             raise ValueError(f"{name} is an integer field: use Uniform(low, high), not LogUniform.")
@@ -544,8 +601,20 @@ def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
                 f"({spec.low}, {spec.high}); e.g. Uniform({math.ceil(low)}, {math.floor(high)}), or a "
                 f"list of the values to choose from."
             )
-        draws = jax.random.randint(key, (num,), int(low), int(high) + 1)
+        low, high = int(spec.low), int(spec.high)  # exact (a float of 2**53 + 1 is not)
+        _check_cast(name, [low, high], dtype, "bounds")
+        if low == high:
+            _same_every_trial(name, spec, spec.low)
+        info = np.iinfo(dtype)
+        if (low, high) == (info.min, info.max):  # every value: what randint's span cannot hold
+            return np.asarray(jax.random.bits(key, (num,), jnp.uint32)).view(np.int32).astype(dtype)
+        # randint's bounds are parsed as `dtype`: its exclusive maxval must fit too.
+        shift = int(high == info.max)
+        draws = jax.random.randint(key, (num,), low - shift, high + 1 - shift, dtype) + shift
         return np.asarray(draws).astype(dtype)
+    _check_cast(name, [low, high], dtype, "bounds")
+    if np.float32(low) == np.float32(high):  # as drawn: float32
+        _same_every_trial(name, spec, spec.low)
     u = np.asarray(jax.random.uniform(key, (num,), jnp.float32), np.float64)
     if isinstance(spec, LogUniform):
         if low <= 0:
@@ -593,9 +662,20 @@ def _layout(config, num_seeds, mode, num_samples, key, axes, env_fields):
         dims, axes_out = ("seed", "trial"), {"seed": seeds, "trial": np.arange(num_trials)}
         values = {n: np.broadcast_to(coords[n][None], (num_seeds, num_trials)) for n in names}
     elif mode == "random":
-        if num_samples is None or int(num_samples) < 1:
+        if num_samples is None:
+            raise ValueError("mode='random' needs num_samples >= 1 (the number of trials), got None.")
+        if not isinstance(num_samples, int | np.integer) or isinstance(num_samples, bool):
+            raise TypeError(f"num_samples must be an int (the number of random-search trials), got "
+                            f"{num_samples!r} ({type(num_samples).__name__}).")
+        if num_samples < 1:
             raise ValueError(
                 f"mode='random' needs num_samples >= 1 (the number of trials), got {num_samples}."
+            )
+        if not names:
+            raise ValueError(
+                f"mode='random' needs at least one field spec to draw from, e.g. lr=(1e-5, 1e-3); "
+                f"without one its {num_samples} trials would be the same run. To repeat the config "
+                f"with different seeds, use num_seeds={num_samples} (in grid mode, with no axes)."
             )
         num_samples = int(num_samples)
         k = jax.random.fold_in(key, _RANDOM_SALT)
@@ -638,8 +718,16 @@ def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> 
             f"train the Gymnasium env one run per seed and setting (`fusedrl train --env {config.env_id} "
             f"--seed S`)."
         )
-    if devices is not None and len(devices) == 0:
-        raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
+    if devices is not None:
+        if isinstance(devices, str | jax.Device) or not isinstance(devices, Sequence | np.ndarray):
+            raise TypeError(f"devices must be a list of jax.Device objects (e.g. jax.devices('cpu')), or "
+                            f"None for jax.devices(); got {devices!r}.")
+        for d in devices:
+            if not isinstance(d, jax.Device):
+                raise TypeError(f"devices must be jax.Device objects (e.g. jax.devices('cpu')), got "
+                                f"{d!r} ({type(d).__name__}).")
+        if len(devices) == 0:
+            raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
     env_fields = _check_axes(config, axes)
     key = _base_key(key)
     dims, axes_out, values = _layout(config, num_seeds, mode, num_samples, key, axes, env_fields)
@@ -693,7 +781,8 @@ def sweep(
       num_seeds: seeds per combination (a "seed" dimension of that size, always first).
       mode: "grid" (Cartesian product), "zip" (i-th values together) or "random" (`num_samples`
         draws per field; see the module docstring for the specs).
-      num_samples: number of random-search trials (mode="random" only).
+      num_samples: number of random-search trials, an int (mode="random" only, which needs at least
+        one field spec: for repeats of one config, use num_seeds).
       key: base PRNG key (default `jax.random.key(0)`); seed i runs with `split(key, num_seeds)[i]`.
       devices: devices to split the runs over (default: all of `jax.devices()`, on every host);
         given one device, the runs execute there and their `result` stays there.
@@ -708,7 +797,9 @@ def sweep(
         runs one after another (`lax.map`), concurrently; 1 runs them all as one `vmap`. Default:
         one stream per usable CPU core (capped at the number of runs) on a single CPU device, else
         1. See the module docstring for why and for the measurements.
-      **axes: field=values, e.g. lr=[1e-4, 3e-4], gravity=[9.8, 12.0]. Traced fields only.
+      **axes: field=values, e.g. lr=[1e-4, 3e-4], gravity=[9.8, 12.0]. Traced fields only. Values
+        are cast to the field's dtype (float32, or int32 for an integer env param) and must keep
+        their value in it; env params must be finite.
 
     Returns:
       A `SweepResult` with metrics [num_seeds, *axis sizes, num_updates].
@@ -734,7 +825,7 @@ def sweep(
     program, sharding = _program(_static_part(config), swept, devices, str(key_impl), callback,
                                  callback_every, streams > 1)
     # Unswept values are traced arguments shared by every run (numpy: replicated on every host).
-    base = jax.tree.map(np.asarray, make_train(config).default_hparams())
+    base = _base_hparams(config)
     if streams > 1:
         out = _run_streams(program, streams, run_keys, batched, base, config.num_updates, devices[0])
     else:
@@ -776,6 +867,27 @@ def _base_key(key) -> jax.Array:
     if key.shape != ():
         raise ValueError(f"key must be one PRNG key, got an array of keys of shape {key.shape}.")
     return key
+
+
+def _base_hparams(config: PPOConfig) -> Hyperparams:
+    """The trainer's default hyperparameters as numpy arrays of the dtypes they train with.
+
+    The env params' Python numbers (dataclass defaults, `config.env_params`) are weakly typed in
+    the trainer: float32 and int32 in its float32 computations, whatever jax_enable_x64. As numpy
+    arrays they become float32 and int32 too (the swept values' dtypes, `_dtype_of`), not float64
+    and int64 (`np.asarray(9.8)`), which under x64 would make the env state float64 and the
+    training loop's carry change type. Arrays keep their dtype, as in the trainer."""
+
+    def leaf(x):
+        if isinstance(x, bool):
+            return np.asarray(x, np.bool_)
+        if isinstance(x, int):
+            return np.asarray(x, np.int32)
+        if isinstance(x, float):
+            return np.asarray(x, np.float32)
+        return np.asarray(x)
+
+    return jax.tree.map(leaf, make_train(config).default_hparams())
 
 
 def _static_part(config: PPOConfig) -> PPOConfig:
@@ -908,7 +1020,7 @@ def _run_streams(program: StreamProgram, streams: int, run_keys, batched, base,
     # configs (hence programs) but int32 or float32 arrays.
     dtypes = tuple((n, v.dtype.str) for n, v in batched.items())
     base_dtypes = tuple(np.asarray(x).dtype.str for x in jax.tree.leaves(base))
-    cache_key = (program, per, tuple(pieces), dtypes, base_dtypes, device)
+    cache_key = (program, per, tuple(pieces), dtypes, base_dtypes, device, jax.config.jax_enable_x64)
     if cache_key not in _STREAM_EXECUTABLES:
         if len(_STREAM_EXECUTABLES) >= 16:
             _STREAM_EXECUTABLES.pop(next(iter(_STREAM_EXECUTABLES)))
