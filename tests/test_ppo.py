@@ -782,6 +782,25 @@ def test_evaluate_names_what_differs_from_the_training_config(small, seeds8, cha
                          num_episodes=2)
 
 
+def test_evaluate_refuses_env_params_the_result_was_not_trained_with(small, seeds8):
+    # The envs step with the result's own env params: a config's other value was silently ignored.
+    config, _, _, result = small
+    other = config.replace(env_params={"max_steps_in_episode": 3})
+    for trained in (result, seeds8[1]):
+        with pytest.raises(ValueError) as info:
+            fusedrl.evaluate(other, trained, jax.random.key(1), num_episodes=2)
+        for w in ["config.env_params['max_steps_in_episode'] is 3", "trained with max_steps_in_episode=500",
+                  "result.hparams.env_params.replace(max_steps_in_episode=...)"]:
+            assert w in str(info.value), (w, str(info.value))
+    # The way the message gives: the result's params replaced, with the training config.
+    env_params = result.hparams.env_params.replace(max_steps_in_episode=3)
+    short = result.replace(hparams=result.hparams.replace(env_params=env_params))
+    assert np.asarray(fusedrl.evaluate(config, short, jax.random.key(1), num_episodes=4)).max() <= 3
+    # The value the result was trained with, given explicitly, is no mismatch.
+    same = config.replace(env_params={"max_steps_in_episode": 500})
+    assert fusedrl.evaluate(same, result, jax.random.key(1), num_episodes=2).shape == (2,)
+
+
 def _episode_lengths_env():
     """A CartPole-shaped env (obs float32 [4] zeros, Discrete(2)) whose episodes last k = 2 or 12
     steps, k drawn at reset, with reward r ~ U(0, 1) (drawn at reset) every step: return k * r."""

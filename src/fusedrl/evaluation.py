@@ -7,6 +7,7 @@ import numbers
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fusedrl.envs.registry import on_register
 from fusedrl.train.config import PPOConfig
@@ -38,6 +39,11 @@ def evaluate(
     A policy whose parameters are not all finite (a run that diverged) is not run: its returns are
     NaN, not the returns of whatever its NaN outputs happen to pick.
 
+    `config` must be the one the result was trained with: its network (hidden sizes, activation:
+    the parameters do not record the activation) and wrappers. The envs step with the result's own
+    env params (`result.hparams.env_params`); a config whose `env_params` set another value is
+    refused, with the way to evaluate under other params.
+
     `result` may come from `jax.vmap(train)` (a leading seed axis on every leaf): then the returns
     have shape [num_seeds, num_episodes], one row per seed, each with its own key. More leading
     axes (a `SweepResult.result`, leaves [seed, *axis sizes, ...]) give returns
@@ -47,7 +53,31 @@ def evaluate(
     max_steps) and result shape, so an eager call costs one compile rather than one per operation.
     """
     num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
+    _check_env_params(config, result)
     return _evaluator(config, num_episodes, greedy, max_steps)(result, key)
+
+
+def _check_env_params(config: PPOConfig, result: TrainResult) -> None:
+    """Refuses a config whose `env_params` set a value the result was not trained with: the envs
+    step with the result's own params (`result.hparams.env_params`), so the config's would be
+    ignored. Params that differ between the runs of a result (a sweep's axis) are not compared."""
+    trained = result.hparams.env_params
+    for name, want in config.env_params.items():
+        got = getattr(trained, name, None)
+        if got is None or isinstance(got, jax.core.Tracer):
+            continue
+        got = np.ravel(np.asarray(got))
+        if got.size == 0 or not np.all(got == got[0]) or np.shape(want) != ():
+            continue
+        if not np.isclose(float(got[0]), float(want), rtol=1e-6, atol=0.0):  # float32-held values
+            raise ValueError(
+                f"config.env_params[{name!r}] is {want!r}, but the result was trained with {name}="
+                f"{got[0].item()!r}, and evaluate steps the envs with the result's own env params "
+                f"(result.hparams.env_params). Pass the config the result was trained with; to "
+                f"evaluate under other env params, replace them in the result: result.replace("
+                f"hparams=result.hparams.replace(env_params=result.hparams.env_params.replace("
+                f"{name}=...)))."
+            )
 
 
 def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int | None]:
