@@ -801,6 +801,24 @@ def test_evaluate_refuses_env_params_the_result_was_not_trained_with(small, seed
     assert fusedrl.evaluate(same, result, jax.random.key(1), num_episodes=2).shape == (2,)
 
 
+def test_run_and_evaluate_refuse_arguments_of_the_wrong_kind(small):
+    config, train, _, result = small
+    for bad in (2.7, -1, True):  # 2.7 ran 2 updates, -1 none
+        with pytest.raises(ValueError, match=re.escape(f"num_updates must be an int >= 0 (or None: the "
+                                                       f"config's {config.num_updates}), got {bad!r}")):
+            train.run(result.state, None, bad)
+    for bad in (None, result.params, result.state):  # were AttributeErrors from deep inside
+        with pytest.raises(TypeError, match="result must be the TrainResult that training returned"):
+            fusedrl.evaluate(config, bad, jax.random.key(1), num_episodes=2)
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, True])
+def test_data_parallel_train_refuses_a_num_shards_of_the_wrong_kind(bad):
+    words = f"num_shards must be an int >= 1 (or None: one per device), got {bad!r}"
+    with pytest.raises(ValueError, match=re.escape(words)):
+        fusedrl.data_parallel_train(PPOConfig(**SMALL), num_shards=bad)
+
+
 def _episode_lengths_env():
     """A CartPole-shaped env (obs float32 [4] zeros, Discrete(2)) whose episodes last k = 2 or 12
     steps, k drawn at reset, with reward r ~ U(0, 1) (drawn at reset) every step: return k * r."""

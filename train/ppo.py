@@ -498,6 +498,10 @@ class PPO:
         they leave the parameters as they are: raise `total_timesteps` to train longer.
         """
         hparams = self._check_hparams(hparams)
+        if num_updates is not None and (not isinstance(num_updates, int | np.integer)
+                                        or isinstance(num_updates, bool) or num_updates < 0):
+            raise ValueError(f"num_updates must be an int >= 0 (or None: the config's "
+                             f"{self.config.num_updates}), got {num_updates!r}.")
         n = self.config.num_updates if num_updates is None else int(num_updates)
         venv = self.make_env(hparams)
 

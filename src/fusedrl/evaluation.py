@@ -53,6 +53,10 @@ def evaluate(
     max_steps) and result shape, so an eager call costs one compile rather than one per operation.
     """
     num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
+    if not isinstance(result, TrainResult):
+        raise TypeError(f"result must be the TrainResult that training returned (or a vmapped one), "
+                        f"got {type(result).__name__}; from a run folder, use fusedrl.load or "
+                        f"fusedrl.runs.evaluate_run.")
     _check_env_params(config, result)
     return _evaluator(config, num_episodes, greedy, max_steps)(result, key)
 

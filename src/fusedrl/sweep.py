@@ -1217,6 +1217,9 @@ def data_parallel_train(
     `--xla_cpu_collective_call_terminate_timeout_seconds` in `XLA_FLAGS`.
     """
     devices = tuple(jax.devices() if devices is None else devices)
+    if num_shards is not None and (not isinstance(num_shards, int | np.integer)
+                                   or isinstance(num_shards, bool) or num_shards < 1):
+        raise ValueError(f"num_shards must be an int >= 1 (or None: one per device), got {num_shards!r}.")
     num_shards = len(devices) if num_shards is None else int(num_shards)
     if len(devices) not in (1, num_shards):
         raise ValueError(
