@@ -71,6 +71,15 @@ def check_env_interface(env_id: str, env: Any) -> None:
     from gymnax.environments import environment
 
     base = environment.Environment
+    spaces = [name for name in ("observation_space", "action_space", "default_params")
+              if getattr(type(env), name, None) is getattr(base, name)]
+    if spaces:
+        raise TypeError(
+            f"{env_id!r} built a {type(env).__name__}, which does not implement {', '.join(spaces)}. "
+            f"The learners read observation_space(params) and action_space(params) (gymnax spaces: "
+            f"Box, Discrete) to size the network and default_params (a flax.struct.dataclass, e.g. "
+            f"a subclass of fusedrl.envs.EnvParams) for the env's params."
+        )
     not_overridden = [name for name in ("reset_env", "step_env")
                       if getattr(type(env), name, None) is getattr(base, name)]
     if not_overridden:
@@ -91,6 +100,13 @@ def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
 
     if getattr(type(env), "is_truncated", None) is not environment.Environment.is_truncated:
         return
+    if not hasattr(params, "max_steps_in_episode"):  # it would fail at the first step, inside gymnax
+        raise TypeError(
+            f"{env_id}: {type(params).__name__} has no max_steps_in_episode, which the default "
+            f"is_truncated reads (state.time >= params.max_steps_in_episode). Declare "
+            f"`max_steps_in_episode: int = <time limit>` in it (a subclass of fusedrl.envs.EnvParams "
+            f"has the field), or override is_truncated."
+        )
     # The field object itself is gymnax's unless a subclass declares the field again (read from the
     # dataclass fields, not from __annotations__, which Python 3.14 no longer keeps in the class dict).
     field = getattr(type(params), "__dataclass_fields__", {}).get("max_steps_in_episode")
@@ -218,6 +234,12 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
         check_env_interface(env_id, env)
         params = env.default_params
     if overrides:
+        if not hasattr(params, "__dataclass_fields__"):
+            raise TypeError(
+                f"{env_id}: its default_params is a {type(params).__name__}, not a dataclass, so its params "
+                f"cannot be overridden ({sorted(overrides)}): make it a flax.struct.dataclass (e.g. a "
+                f"subclass of fusedrl.envs.EnvParams)."
+            )
         fields = set(getattr(params, "__dataclass_fields__", {}))
         bad = sorted(set(overrides) - fields)
         if bad:

@@ -465,6 +465,50 @@ def test_a_registered_env_that_overrides_step_instead_of_step_env_names_the_meth
         fusedrl.make("OwnStep-v0")
 
 
+def test_a_registered_env_without_spaces_or_a_time_limit_field_names_what_is_missing(private_registry):
+    # Before: NotImplementedError or numpy's "entry not a 2- or 3- tuple" when the trainer was made,
+    # and gymnax's AttributeError at the first step; a dict of params trained but could not be
+    # overridden ("valid params are []").
+    from flax import struct
+
+    from fusedrl.envs.cartpole import CartPole
+
+    class NoSpace(CartPole):
+        observation_space = fusedrl.envs.Environment.observation_space
+
+    fusedrl.register("NoSpace-v0", NoSpace)
+    with pytest.raises(TypeError, match=r"'NoSpace-v0' built a NoSpace, which does not implement "
+                                        r"observation_space\. The learners read observation_space"):
+        fusedrl.make("NoSpace-v0")
+
+    @struct.dataclass
+    class NoLimitParams:  # CartPole's fields, but no max_steps_in_episode
+        gravity: float = 9.8
+
+    class NoLimit(CartPole):
+        @property
+        def default_params(self):
+            return NoLimitParams()
+
+    fusedrl.register("NoLimit-v0", NoLimit)
+    with pytest.raises(TypeError, match=r"NoLimit-v0: NoLimitParams has no max_steps_in_episode, which the "
+                                        r"default is_truncated reads"):
+        fusedrl.make("NoLimit-v0")
+
+    class DictParams(CartPole):
+        @property
+        def default_params(self):
+            return dict(CartPole().default_params.__dict__)
+
+        def is_truncated(self, state, params):
+            return state.time >= 500
+
+    fusedrl.register("DictParams-v0", DictParams)
+    with pytest.raises(TypeError, match=r"DictParams-v0: its default_params is a dict, not a dataclass, so "
+                                        r"its params cannot be overridden \(\['gravity'\]\)"):
+        fusedrl.make("DictParams-v0", gravity=12.0)
+
+
 def test_params_that_inherit_gymnax_one_step_time_limit_warn(private_registry):
     # gymnax's EnvParams.max_steps_in_episode defaults to 1: a params class that does not set it
     # truncated every episode after one step, silently (episode_length 1 throughout training).
