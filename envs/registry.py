@@ -153,7 +153,6 @@ def _gymnasium_hint(env_id: str) -> str:
     return ""
 
 
-
 _INT32_MAX = 2**31 - 1
 
 
@@ -183,10 +182,7 @@ def _check_override(env_id: str, name: str, value: Any, default: Any) -> Any:
         raise ValueError(f"{env_id}: env param {name} must be a number, got NaN; give it a value "
                          f"(or leave it out for the env's default).")
     if kind in "iu":  # an integer param (a time limit, a count): a whole number that fits int32
-        if not math.isfinite(x):
-            raise ValueError(f"{env_id}: env param {name} is an integer (default {default!r}), got "
-                             f"{value!r}; give a whole number.")
-        if x != int(x):
+        if not math.isfinite(x) or x != int(x):
             raise ValueError(f"{env_id}: env param {name} is an integer (default {default!r}), got "
                              f"{value!r}; give a whole number.")
         if not -_INT32_MAX <= x <= _INT32_MAX:
