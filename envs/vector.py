@@ -206,7 +206,19 @@ def _five(env, out):
             f"is_truncated(state, params), by default state.time >= params.max_steps_in_episode "
             f"(override is_truncated for another rule)."
         )
+    info = out[4]
+    taken = sorted(set(info) & set(RESERVED_INFO_KEYS)) if isinstance(info, dict) else []
+    if taken:
+        raise ValueError(
+            f"{type(env).__name__}.step_env's info has {', '.join(map(repr, taken))}, which fusedrl's "
+            f"vector env and wrappers set themselves (and would replace yours silently): rename "
+            f"{'that key' if len(taken) == 1 else 'those keys'} in step_env's info."
+        )
     return out
+
+
+#: The info keys the vector env and the episode-statistics wrapper set on every step.
+RESERVED_INFO_KEYS = ("final_observation", "episode_done", "episode_return", "episode_length")
 
 
 def _check_step_outputs(env, params, obs, reward, terminated, truncated, reset_obs):

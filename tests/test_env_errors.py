@@ -331,6 +331,22 @@ def test_step_env_returning_truncated_names_the_method_and_the_truncation_rule(c
     _vec_calls(FiveInAList(), params)[call]()
 
 
+@pytest.mark.parametrize("call", ["step", "step with draws"])
+def test_step_env_info_keys_the_wrappers_set_are_refused(call):
+    # Before: the wrappers replaced an env's own info["episode_return"] without a word.
+    _, params = fusedrl.make("CartPole-v1")
+
+    class OwnReturn(fusedrl.envs.CartPole):
+        def step_env(self, key, state, action, params):
+            obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+            return obs, state, reward, terminated, {**info, "episode_return": reward, "score": reward}
+
+    expected = ("OwnReturn.step_env's info has 'episode_return', which fusedrl's vector env and wrappers "
+                "set themselves (and would replace yours silently): rename that key")
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        _vec_calls(OwnReturn(), params)[call]()
+
+
 def test_observation_dtype_of_step_must_match_reset():
     env = _step_output("obs", lambda o: o.astype(jnp.int32))
     _, params = fusedrl.make("CartPole-v1")
