@@ -155,6 +155,17 @@ def _gymnasium_hint(env_id: str) -> str:
 
 _INT32_MAX = 2**31 - 1
 
+#: gymnax params that its defaults compute from others but that are stored, and used by its step
+#: as stored: {env id: {derived param: (its value from the params, the params it comes from)}}.
+#: `make` computes them again when one of their sources is overridden; a sweep refuses sweeping a
+#: source alone (the traced params are not recomputed).
+GYMNAX_DERIVED_PARAMS = {
+    "gymnax:CartPole-v1": {
+        "total_mass": (lambda p: p.masscart + p.masspole, ("masscart", "masspole")),
+        "polemass_length": (lambda p: p.masspole * p.length, ("masspole", "length")),
+    },
+}
+
 
 def _check_override(env_id: str, name: str, value: Any, default: Any) -> Any:
     """`value` for the env param `name` (whose default is `default`), as the params will hold it;
@@ -244,6 +255,9 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
             )
         params = params.replace(**{k: _check_override(env_id, k, v, getattr(params, k))
                                    for k, v in overrides.items()})
+        for derived, (value, sources) in GYMNAX_DERIVED_PARAMS.get(env_id, {}).items():
+            if derived not in overrides and any(name in overrides for name in sources):
+                params = params.replace(**{derived: value(params)})
     if not env_id.startswith(GYMNAX_PREFIX):
         _warn_inherited_time_limit(env_id, env, params)  # an override may set the time limit
     return env, params

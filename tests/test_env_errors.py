@@ -118,6 +118,15 @@ def test_param_overrides_the_env_cannot_use_are_refused(env_id, override, exc, w
     assert f"{env_id}: {words}" in str(info.value)
 
 
+def test_gymnax_cartpole_derived_params_follow_their_sources():
+    # gymnax's CartPole stores total_mass and polemass_length and its step uses them as stored:
+    # masspole=1.0 alone changed one term of the physics.
+    _, params = fusedrl.make("gymnax:CartPole-v1", masspole=1.0, length=2.0)
+    assert params.total_mass == pytest.approx(2.0) and params.polemass_length == pytest.approx(2.0)
+    _, params = fusedrl.make("gymnax:CartPole-v1", masscart=3.0, total_mass=10.0)  # given: kept
+    assert params.total_mass == 10.0 and params.polemass_length == pytest.approx(0.05)
+
+
 def test_param_overrides_are_held_as_the_params_type():
     _, params = fusedrl.make("CartPole-v1", max_steps_in_episode=10.0, gravity=np.float32(12.0))
     assert type(params.max_steps_in_episode) is int and params.max_steps_in_episode == 10

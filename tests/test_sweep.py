@@ -529,6 +529,18 @@ def test_clear_errors(kwargs, words):
     assert str(checked.value) == str(info.value)
 
 
+def test_a_gymnax_cartpole_mass_is_not_swept_without_the_params_gymnax_derives_from_it():
+    config = PPOConfig(**{**SMALL, "env_id": "gymnax:CartPole-v1"})
+    with pytest.raises(ValueError, match=r"cannot sweep masspole of gymnax:CartPole-v1 without "
+                                         r"total_mass: gymnax stores total_mass \(computed from"):
+        sweep_module.check_sweep(config, 1, masspole=[0.1, 1.0])
+    with pytest.raises(ValueError, match="cannot sweep length of gymnax:CartPole-v1 without polemass_length"):
+        sweep_module.check_sweep(config, 1, length=[0.5, 1.0])
+    assert sweep_module.check_sweep(config, 1, mode="zip", masspole=[0.1, 1.0], total_mass=[1.1, 2.0],
+                                    polemass_length=[0.05, 0.5]) is None
+    assert sweep_module.check_sweep(PPOConfig(**SMALL), 1, masspole=[0.1, 1.0]) is None  # ours computes them
+
+
 def test_check_sweep_takes_every_argument_of_sweep():
     import inspect
 

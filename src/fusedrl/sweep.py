@@ -76,7 +76,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fusedrl.envs.host import is_host_env_id, jax_instead
-from fusedrl.envs.registry import on_register
+from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, on_register
 from fusedrl.plotting import seed_statistics
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
@@ -729,6 +729,16 @@ def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> 
         if len(devices) == 0:
             raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
     env_fields = _check_axes(config, axes)
+    for derived, (_, sources) in GYMNAX_DERIVED_PARAMS.get(config.env_id, {}).items():
+        swept = [name for name in sources if name in axes]
+        if swept and derived not in axes:
+            raise ValueError(
+                f"cannot sweep {', '.join(swept)} of {config.env_id} without {derived}: gymnax stores "
+                f"{derived} (computed from {' and '.join(sources)} at their defaults) and its step uses "
+                f"it as stored, so only part of the physics would change. Sweep our "
+                f"{config.env_id[len('gymnax:'):]} (which computes it), or give {derived} alongside in "
+                f"mode='zip'."
+            )
     key = _base_key(key)
     dims, axes_out, values = _layout(config, num_seeds, mode, num_samples, key, axes, env_fields)
     shape = tuple(len(axes_out[d]) for d in dims)
