@@ -66,30 +66,26 @@ def check_env_interface(env_id: str, env: Any) -> None:
             f"and name, and implement reset_env, step_env, observation_space, action_space and "
             f"default_params."
         )
-    # gymnax's base class defines reset_env/step_env only to raise a bare NotImplementedError while
-    # tracing; say which one the env did not implement (e.g. a `step` override in its place).
+    # gymnax's base class defines these only to raise a bare NotImplementedError (reset_env/step_env
+    # while tracing); say which ones the env did not implement (e.g. a `step` override in its place).
     from gymnax.environments import environment
 
     base = environment.Environment
-    spaces = [name for name in ("observation_space", "action_space", "default_params")
-              if getattr(type(env), name, None) is getattr(base, name)]
-    if spaces:
-        raise TypeError(
-            f"{env_id!r} built a {type(env).__name__}, which does not implement {', '.join(spaces)}. "
-            f"The learners read observation_space(params) and action_space(params) (gymnax spaces: "
-            f"Box, Discrete) to size the network and default_params (a flax.struct.dataclass, e.g. "
-            f"a subclass of fusedrl.envs.EnvParams) for the env's params."
-        )
-    not_overridden = [name for name in ("reset_env", "step_env")
-                      if getattr(type(env), name, None) is getattr(base, name)]
-    if not_overridden:
-        raise TypeError(
-            f"{env_id!r} built a {type(env).__name__}, which does not implement "
-            f"{' and '.join(not_overridden)}. The learners call reset_env(key, params) -> (obs, state) "
-            f"and step_env(key, state, action, params) -> (obs, state, reward, terminated, info) on "
-            f"each env, and take truncation from is_truncated(state, params) (by default "
-            f"state.time >= params.max_steps_in_episode); the env's own reset/step are not used."
-        )
+    for names, use in (
+        (("observation_space", "action_space", "default_params"),
+         "The learners read observation_space(params) and action_space(params) (gymnax spaces: Box, "
+         "Discrete) to size the network and default_params (a flax.struct.dataclass, e.g. a subclass of "
+         "fusedrl.envs.EnvParams) for the env's params."),
+        (("reset_env", "step_env"),
+         "The learners call reset_env(key, params) -> (obs, state) and step_env(key, state, action, "
+         "params) -> (obs, state, reward, terminated, info) on each env, and take truncation from "
+         "is_truncated(state, params) (by default state.time >= params.max_steps_in_episode); the env's "
+         "own reset/step are not used."),
+    ):
+        missing = [name for name in names if getattr(type(env), name, None) is getattr(base, name)]
+        if missing:
+            raise TypeError(f"{env_id!r} built a {type(env).__name__}, which does not implement "
+                            f"{' and '.join(missing)}. {use}")
 
 
 def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
