@@ -686,7 +686,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             eval_return_std=round(float(per_seed.std()), 3),
             eval_seconds=round(time.perf_counter() - t, 3),
             eval_unfinished_episodes=unfinished_episodes(returns, diverged),
-            eval_max_steps=EVAL_MAX_STEPS,
+            eval_max_steps=None if is_host_env_id(config.env_id) else EVAL_MAX_STEPS,  # bridge: its own
             diverged_seeds=diverged,
             final_train_return_per_seed=last_train,
         )
