@@ -25,9 +25,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
+from fusedrl._argtypes import is_int
 from fusedrl.envs.base import (
     check_action,
     check_observation,
@@ -82,7 +82,7 @@ class VecEnv:
     """
 
     def __init__(self, env, num_envs: int):
-        if not isinstance(num_envs, int | np.integer) or isinstance(num_envs, bool) or num_envs < 1:
+        if not is_int(num_envs) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
         self.env = env
         self.num_envs = int(num_envs)

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from fusedrl._argtypes import is_int
+
 # Names of the PPOConfig fields that are traced (swept without recompiling).
 TRACED_FIELDS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
 
@@ -255,10 +257,6 @@ def _as_env_params(x) -> _FrozenDict:
     return _FrozenDict({k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()})
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_number(v) -> bool:
     """A real number (after `_as_python_number`, NumPy/JAX scalars are Python numbers already)."""
     return isinstance(v, int | float) and not isinstance(v, bool)
@@ -282,7 +280,7 @@ def _validate(c: PPOConfig) -> None:
         raise TypeError(f"env_id must be an environment id string, got {c.env_id!r}.")
     for name in _INT_FIELDS:
         v = getattr(c, name)
-        if not _is_int(v):
+        if not is_int(v):
             raise TypeError(f"{name} must be an int, got {v!r} ({type(v).__name__}).")
         if v <= 0:
             raise ValueError(f"{name} must be positive, got {v}.")
@@ -333,7 +331,7 @@ def _validate(c: PPOConfig) -> None:
         v = getattr(c, name)
         if not isinstance(v, bool):
             raise TypeError(f"{name} must be True or False, got {v!r}.")
-    if not c.hidden_sizes or not all(_is_int(w) and w > 0 for w in c.hidden_sizes):
+    if not c.hidden_sizes or not all(is_int(w) and w > 0 for w in c.hidden_sizes):
         raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints, got {c.hidden_sizes}.")
     from fusedrl.networks import ACTIVATIONS
 

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 from flax import struct
 
+from fusedrl._argtypes import is_int
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
@@ -498,8 +499,7 @@ class PPO:
         they leave the parameters as they are: raise `total_timesteps` to train longer.
         """
         hparams = self._check_hparams(hparams)
-        if num_updates is not None and (not isinstance(num_updates, int | np.integer)
-                                        or isinstance(num_updates, bool) or num_updates < 0):
+        if num_updates is not None and (not is_int(num_updates) or num_updates < 0):
             raise ValueError(f"num_updates must be an int >= 0 (or None: the config's "
                              f"{self.config.num_updates}), got {num_updates!r}.")
         n = self.config.num_updates if num_updates is None else int(num_updates)
@@ -532,8 +532,7 @@ def check_callback(callback, callback_every) -> None:
     `callback_every` that is not an int >= 1."""
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function of the metrics dict (or None), got {callback!r}.")
-    every = callback_every
-    if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1:
+    if not is_int(callback_every) or callback_every < 1:
         raise ValueError(f"callback_every must be an int >= 1, got {callback_every!r}.")
 
 

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import numbers
 import re
 import typing
 from collections.abc import Mapping, Sequence
@@ -64,6 +65,11 @@ def module_name_error(name: Any) -> str | None:
         return (f"give a module name as `import` takes it (--import {module}, run from the folder that "
                 f"holds {module}.py), not a file name or path.")
     return None
+
+
+def is_int(x: Any) -> bool:
+    """An integer, Python's or NumPy's, and not a bool (which Python counts as an int)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def positive_int(text: str) -> int:

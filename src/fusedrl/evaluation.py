@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
-import numbers
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fusedrl._argtypes import is_int
 from fusedrl.envs.registry import on_register
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import PPO, TrainResult, make_train
@@ -87,19 +87,15 @@ def _check_env_params(config: PPOConfig, result: TrainResult) -> None:
 def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int | None]:
     """`evaluate`'s (num_episodes, greedy, max_steps) as plain Python values; a value of the wrong
     kind (num_episodes=2.7 gave 2 episodes, greedy="no" was greedy) is an error naming it."""
-    if not _is_int(num_episodes) or num_episodes < 1:
+    if not is_int(num_episodes) or num_episodes < 1:
         raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}.")
     if not isinstance(greedy, bool):
         raise TypeError(f"greedy must be True (the policy's mode) or False (sampled actions), got "
                         f"{greedy!r}.")
-    if max_steps is not None and (not _is_int(max_steps) or max_steps < 1):
+    if max_steps is not None and (not is_int(max_steps) or max_steps < 1):
         raise ValueError(f"max_steps must be an int >= 1 (or None: until every episode ends), got "
                          f"{max_steps!r}.")
     return int(num_episodes), greedy, None if max_steps is None else int(max_steps)
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 @functools.lru_cache(maxsize=16)

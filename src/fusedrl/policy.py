@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 import os
 import warnings
 from pathlib import Path
@@ -12,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl import checkpoint as ckpt
+from fusedrl._argtypes import is_int
 from fusedrl.envs import wrappers as W
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.train.config import PPOConfig
@@ -104,7 +104,7 @@ def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
       path: a run folder written by `fusedrl train` / `train_run`, or its `checkpoint/` directory.
       seed: which seed of a multi-seed run; default 0. Ignored by single-run checkpoints.
     """
-    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+    if seed is not None and not is_int(seed):
         raise TypeError(f"seed must be the index of a seed of the run (an int), got {seed!r}.")
     path = Path(path)
     ckpt_dir = path / "checkpoint" if (path / "checkpoint").is_dir() else path

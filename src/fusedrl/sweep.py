@@ -75,6 +75,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fusedrl._argtypes import is_int
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, on_register
 from fusedrl.plotting import seed_statistics
@@ -664,7 +665,7 @@ def _layout(config, num_seeds, mode, num_samples, key, axes, env_fields):
     elif mode == "random":
         if num_samples is None:
             raise ValueError("mode='random' needs num_samples >= 1 (the number of trials), got None.")
-        if not isinstance(num_samples, int | np.integer) or isinstance(num_samples, bool):
+        if not is_int(num_samples):
             raise TypeError(f"num_samples must be an int (the number of random-search trials), got "
                             f"{num_samples!r} ({type(num_samples).__name__}).")
         if num_samples < 1:
@@ -708,7 +709,7 @@ class _Plan(NamedTuple):
 def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> _Plan:
     if not isinstance(config, PPOConfig):
         raise TypeError(f"sweep takes a PPOConfig, got {type(config).__name__}.")
-    if not isinstance(num_seeds, int | np.integer) or isinstance(num_seeds, bool) or num_seeds < 1:
+    if not is_int(num_seeds) or num_seeds < 1:
         raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}.")
     num_seeds = int(num_seeds)
     if is_host_env_id(config.env_id):
@@ -911,7 +912,7 @@ def _num_streams(streams, devices, num_runs: int) -> int:
     cpu_alone = len(devices) == 1 and devices[0].platform == "cpu"
     if streams is None:
         return min(num_runs, usable_cores()) if cpu_alone else 1
-    if not isinstance(streams, int | np.integer) or isinstance(streams, bool) or streams < 1:
+    if not is_int(streams) or streams < 1:
         raise ValueError(f"streams must be a positive int (or None for the default), got {streams!r}.")
     if streams > 1 and not cpu_alone:
         raise ValueError(
@@ -1227,8 +1228,7 @@ def data_parallel_train(
     `--xla_cpu_collective_call_terminate_timeout_seconds` in `XLA_FLAGS`.
     """
     devices = tuple(jax.devices() if devices is None else devices)
-    if num_shards is not None and (not isinstance(num_shards, int | np.integer)
-                                   or isinstance(num_shards, bool) or num_shards < 1):
+    if num_shards is not None and (not is_int(num_shards) or num_shards < 1):
         raise ValueError(f"num_shards must be an int >= 1 (or None: one per device), got {num_shards!r}.")
     num_shards = len(devices) if num_shards is None else int(num_shards)
     if len(devices) not in (1, num_shards):
