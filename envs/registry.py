@@ -163,9 +163,10 @@ GYMNAX_DERIVED_PARAMS = {
 }
 
 
-def _check_override(env_id: str, name: str, value: Any, default: Any) -> Any:
+def check_env_param(env_id: str, name: str, value: Any, default: Any) -> Any:
     """`value` for the env param `name` (whose default is `default`), as the params will hold it;
-    a value the env cannot use as given is an error naming the param and the fix."""
+    a value the env cannot use as given is an error naming the param and the fix. `make` checks its
+    overrides with it, and `fusedrl.sweep` each value of an env-param axis."""
     default_shape = np.shape(default)
     if default_shape != () or isinstance(value, jax.core.Tracer):
         return value  # an array-valued param, or a traced value: nothing to check here
@@ -249,7 +250,7 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
             raise ValueError(
                 f"{env_id}: unknown env param(s) {bad}; valid params are {sorted(fields)}."
             )
-        params = params.replace(**{k: _check_override(env_id, k, v, getattr(params, k))
+        params = params.replace(**{k: check_env_param(env_id, k, v, getattr(params, k))
                                    for k, v in overrides.items()})
         for derived, (value, sources) in GYMNAX_DERIVED_PARAMS.get(env_id, {}).items():
             if derived not in overrides and any(name in overrides for name in sources):

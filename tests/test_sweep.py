@@ -506,6 +506,9 @@ def test_sweep_cli_progress_rate_counts_the_steps_since_the_first_report(monkeyp
         # NaN env params train to NaN without an error (PPOConfig and make refuse them too).
         (dict(gravity=[9.8, float("nan")]), ["sweep axis gravity", "got nan", "must be a number"]),
         (dict(mode="zip", gravity=[float("nan"), 9.8]), ["sweep axis gravity", "got nan"]),
+        # make's other checks of an env param: a time limit below 1 gave one-step episodes.
+        (dict(max_steps_in_episode=[0, 10]), ["sweep axis max_steps_in_episode: got 0",
+                                              "max_steps_in_episode must be >= 1"]),
         (dict(mode="random", num_samples=4, gravity=[9.8, float("nan")]), ["sweep axis gravity", "got nan"]),
         # Random search with no field to draw: num_samples identical trials.
         (dict(mode="random", num_samples=3), ["mode='random' needs at least one field spec",
@@ -616,12 +619,19 @@ def test_values_at_the_edges_of_their_dtype_are_kept_exactly():
     # An infinite env param may be a limit that never binds, as make and PPOConfig take it.
     assert sweep_module.check_sweep(config, 1, x_threshold=[2.4, float("inf")]) is None
     # Random integer bounds at int32's top, and numpy ints for num_samples.
-    for spec in [(2**31 - 2, 2**31 - 1), (-(2**31), 2**31 - 1)]:
-        drawn = sweep_module._layout(config, 1, "random", np.int64(64), jax.random.key(0),
-                                     {"max_steps_in_episode": spec}, fields)[2]["max_steps_in_episode"][0]
-        assert drawn.shape == (64,) and drawn.min() >= spec[0] and drawn.max() <= spec[1], spec
-        if spec[0] == 2**31 - 2:
-            assert set(drawn.tolist()) == {2**31 - 2, 2**31 - 1}
+    spec = (2**31 - 2, 2**31 - 1)
+    drawn = sweep_module._layout(config, 1, "random", np.int64(64), jax.random.key(0),
+                                 {"max_steps_in_episode": spec}, fields)[2]["max_steps_in_episode"][0]
+    assert drawn.shape == (64,) and set(drawn.tolist()) == {2**31 - 2, 2**31 - 1}
+    # The whole int32 range is drawn (what randint's span cannot hold); as a time limit its
+    # negative draws are then refused, as make refuses them.
+    spec = (-(2**31), 2**31 - 1)
+    drawn = sweep_module._sample("max_steps_in_episode", spec, np.int32, 64, jax.random.key(0))
+    assert drawn.shape == (64,) and drawn.min() >= spec[0] and drawn.max() <= spec[1], spec
+    assert drawn.min() < 0 < drawn.max()
+    with pytest.raises(ValueError, match="sweep axis max_steps_in_episode: got -"):
+        sweep_module._layout(config, 1, "random", 64, jax.random.key(0), {"max_steps_in_episode": spec},
+                             fields)
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ from jax.sharding import PartitionSpec as P
 
 from fusedrl._argtypes import is_int
 from fusedrl.envs.host import is_host_env_id, jax_instead
-from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, on_register
+from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, check_env_param, on_register
 from fusedrl.plotting import seed_statistics
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
@@ -539,21 +539,20 @@ def _check_cast(name: str, values: Sequence, dtype, what: str = "values") -> Non
             )
 
 
-def _validate_values(config: PPOConfig, name: str, values: np.ndarray) -> None:
-    """Runs PPOConfig's own range checks (lr > 0, gamma in (0, 1], ...) on each traced value, and
-    refuses NaN env params, as `fusedrl.make` does (inf may be a limit that never binds, e.g.
-    CartPole's x_threshold)."""
-    if name in TRACED_FIELDS:
-        for v in np.unique(values):
-            try:
+def _validate_values(config: PPOConfig, name: str, values: np.ndarray, default: Any) -> None:
+    """Runs on each value the checks its field gets outside a sweep: PPOConfig's range checks of a
+    traced field (lr > 0, gamma in (0, 1], ...), `fusedrl.make`'s of an env param (`default`: its
+    value in the config; NaN and a time limit below 1 are refused, inf may be a limit that never
+    binds, e.g. CartPole's x_threshold)."""
+    for v in np.unique(values):
+        try:
+            if name in TRACED_FIELDS:
                 config.replace(**{name: float(v)})
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"sweep axis {name}: {e}") from None
-    elif np.issubdtype(values.dtype, np.floating) and np.isnan(values).any():
-        raise ValueError(
-            f"sweep axis {name}: got nan; an env param must be a number (with NaN the run would train "
-            f"and evaluate to NaN without an error)."
-        )
+            else:
+                check_env_param(config.env_id, name, v.item(), default)
+        except (TypeError, ValueError) as e:
+            got = "" if name in TRACED_FIELDS else f"got {v.item()}: "  # the config's message has it
+            raise ValueError(f"sweep axis {name}: {got}{e}") from None
 
 
 def _same_every_trial(name: str, spec, value) -> None:
@@ -687,7 +686,7 @@ def _layout(config, num_seeds, mode, num_samples, key, axes, env_fields):
     else:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
     for n in names:
-        _validate_values(config, n, values[n])
+        _validate_values(config, n, values[n], env_fields.get(n))
     return dims, axes_out, {n: np.ascontiguousarray(v) for n, v in values.items()}
 
 
