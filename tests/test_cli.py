@@ -641,7 +641,10 @@ def test_sweep_overwrite_replaces_an_earlier_sweeps_outputs_only(tmp_path):
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["curves.npz", "notes.txt", "summary.csv", "sweep.json",
                                                       "table.csv"]  # no plot of the lr sweep left
-    assert json.loads((out / "sweep.json").read_text())["axes"] == {"seed": [0], "gamma": [0.9, 0.99]}
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["axes"] == {"seed": [0], "gamma": [0.9, 0.99]}
+    # A grid's values are its axes; the base config's gamma (no run's) is left out as null.
+    assert doc["values"] == {} and doc["config"]["gamma"] is None and doc["config"]["lr"] == 2.5e-4
     other = tmp_path / "other"  # not a sweep's folder: --overwrite does not write into it
     other.mkdir()
     (other / "data.csv").write_text("mine")
@@ -1201,6 +1204,19 @@ def test_zip_sweep_writes_a_plot_per_field_and_a_complete_sweep_json(zip_sweeps)
         "mode": "zip", "dims": ["seed", "trial"], "seed": 3, "num_runs": 4}
     assert doc["axes"] == {"seed": [0, 1], "trial": [0, 1]} and doc["seconds"] > 0
     assert doc["config"]["env_id"] == "CartPole-v1" and doc["config"]["num_envs"] == 2
+
+
+def test_sweep_json_names_each_trials_values_not_the_base_configs(zip_sweeps):
+    # sweep.json's config held the preset's gamma (0.99) and gae_lambda (0.95), which no trial of
+    # this zip sweep paired as such, and no trial's values: only table.csv had them.
+    doc = json.loads((zip_sweeps / "s0" / "sweep.json").read_text())
+    assert doc["config"]["gamma"] is None and doc["config"]["gae_lambda"] is None
+    assert doc["values"] == {"gamma": [0.9, 0.99], "gae_lambda": [0.8, 0.95]}
+    table = read_csv(zip_sweeps / "s0" / "table.csv")
+    for row in table:
+        trial = int(row["trial"])
+        assert [float(row["gamma"]), float(row["gae_lambda"])] == [doc["values"]["gamma"][trial],
+                                                                  doc["values"]["gae_lambda"][trial]]
 
 
 def test_zip_summary_names_each_trials_values_and_std_is_over_seeds(zip_sweeps):

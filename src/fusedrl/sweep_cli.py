@@ -12,8 +12,9 @@ ent_coef, vf_coef, max_grad_norm, and the env's params such as gravity). --set F
 any PPOConfig field for every run (env params as env_params.NAME=VALUE or NAME=VALUE).
 
 The run folder gets table.csv (one row per run), summary.csv (mean over seeds per combination),
-curves.npz (every metric [seed, ..., update] with its axes), sweep.json and one PNG of learning
-curves per swept field.
+curves.npz (every metric [seed, ..., update] with its axes), sweep.json (the base config, with each
+swept field null, and the axes; for zip and random sweeps each trial's values) and one PNG of
+learning curves per swept field.
 
 Hook into fusedrl's main parser with `add_sweep_parser(subparsers)`; the parsed args carry
 `func=run_sweep`.
@@ -360,12 +361,20 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
     arrays.update({f"axis/{k}": np.asarray(v) for k, v in result.axes.items()})
     arrays.update({f"value/{k}": np.asarray(v) for k, v in result.values.items()})
     np.savez_compressed(out / "curves.npz", **arrays)
+    config = result.config.to_dict()
+    for name in result.fields:  # the base config's value of a swept field is no run's: null
+        table = config if name in config else config.get("env_params", {})
+        if name in table:
+            table[name] = None
     doc = {
-        "config": result.config.to_dict(),
+        "config": config,
         "mode": result.mode,
         "dims": list(result.dims),
         # As the CSVs write them: float32 0.9 as 0.9, not its float64 expansion 0.8999999761581421.
         "axes": {k: [_py(x) for x in np.asarray(v)] for k, v in result.axes.items()},
+        # Each swept field's value per trial (zip/random; a grid's are its axes), as table.csv has them.
+        "values": {k: [_py(x) for x in np.asarray(v)[0].reshape(-1)] for k, v in result.values.items()
+                   if "trial" in result.dims},
         "seed": seed,
         "num_runs": result.num_runs,
         "seconds": seconds,
