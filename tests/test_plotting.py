@@ -36,6 +36,16 @@ def test_curve_starts_at_each_seeds_first_completed_episode():
                                [np.nan, np.nan, -200.0, -199.5, -198.5, -197.5])
 
 
+def test_a_curve_with_nothing_to_draw_says_why_over_the_runs_steps():
+    # MountainCar with a short budget: no episode ends, and the plot was an empty axis from -0.04 to 0.04.
+    metrics = {"episode_return": np.zeros((2, 5)), "episode_length": np.zeros((2, 5), np.int32),
+               "entropy": np.full((2, 5), np.nan), "env_steps": np.tile(np.arange(1, 6) * 64, (2, 1))}
+    for metric, why in [("episode_return", "no episode ended in this run"), ("entropy", "no finite entropy")]:
+        ax = curve_figure(metrics, metric=metric).axes[0]
+        assert [t.get_text() for t in ax.texts] == [why] and ax.get_xlim() == (0, 320)
+    assert len(curve_figure({**metrics, "episode_length": np.ones((2, 5))}).axes[0].texts) == 0
+
+
 @pytest.mark.parametrize(
     "rows, shown",
     [

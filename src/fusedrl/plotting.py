@@ -28,7 +28,7 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
     """
     from matplotlib.figure import Figure
 
-    from fusedrl.train.ppo import episode_values
+    from fusedrl.train.ppo import EPISODE_METRICS, episode_values
 
     y = episode_values(metrics, metric)
     x = np.asarray(metrics["env_steps"], np.float64)
@@ -53,6 +53,10 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
         ax.plot(x, raw[0], color="C0", alpha=0.25, linewidth=0.6, label="per update")
         label = f"moving average ({window} updates)"
     ax.plot(x, mean, color="C0", linewidth=2, label=label)
+    if np.isnan(mean).all():  # nothing to draw (matplotlib would show an empty axis around 0): say why
+        ax.set_xlim(0, x[-1])
+        why = "no episode ended in this run" if metric in EPISODE_METRICS else f"no finite {metric}"
+        ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center")
     ax.set_xlabel("env steps (per seed)")
     ax.set_ylabel(metric.replace("_", " ") + (f"\n(moving average, {window} updates)" if window > 1 else ""))
     if title:
