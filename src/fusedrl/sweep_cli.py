@@ -324,7 +324,7 @@ def format_summary(result, metric: str = "episode_return", limit: int = 10) -> s
     rows = summary_rows(result, metric)
     short = metric.removeprefix("episode_")
     names = [k for k in rows[0] if not k.startswith(("final_", "last10_", "best_", "seeds"))]
-    header = names + [f"last10 {short} (mean ± std over seeds)", f"best {short}"]
+    header = names + [f"last10 {short} (mean ± std over seeds)", f"best {short} (mean over seeds)"]
     lines = []
     for r in rows[:limit]:
         cells = [f"{r[n]:g}" if isinstance(r[n], float) else str(r[n]) for n in names]
