@@ -21,6 +21,7 @@ it is used never depends on its value, so the initial-state distribution is unch
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -29,12 +30,30 @@ from flax import struct
 
 from fusedrl._argtypes import is_int
 from fusedrl.envs.base import (
+    Environment,
     check_action,
     check_observation,
     check_params,
     check_scalar_output,
     tree_select,
 )
+
+
+def _warn_own_step_or_reset(env) -> None:
+    """Warns when the env's class overrides `step` or `reset` (other than gymnax's classes and
+    fusedrl's base class, whose overrides add nothing the learners need): VecEnv never calls them,
+    so what the override adds (a reward scaled in `step`, say) would be skipped, silently."""
+    for name in ("step", "reset"):
+        owner = next((c for c in type(env).__mro__ if name in vars(c)), None)
+        if owner is None or owner is Environment or owner.__module__.split(".")[0] == "gymnax":
+            continue
+        warnings.warn(
+            f"{type(env).__name__} overrides {name} (in {owner.__name__}), which VecEnv, and so training and "
+            f"evaluation, never calls: it steps each env with step_env and is_truncated and resets it with "
+            f"reset_env. Put what {owner.__name__}.{name} adds into step_env (or reset_env).",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 @struct.dataclass
@@ -84,6 +103,19 @@ class VecEnv:
     def __init__(self, env, num_envs: int):
         if not is_int(num_envs) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
+        # A gymnax wrapper (gymnax.wrappers.purerl.GymnaxWrapper) has reset/step of its own but
+        # forwards every other attribute to the env it wraps: its reset_env/step_env are the inner
+        # env's, and stepping them would train the unwrapped env, silently.
+        proxied = [m for m in ("reset_env", "step_env") if not hasattr(type(env), m)]
+        if proxied:
+            raise TypeError(
+                f"VecEnv steps an env through its own reset_env and step_env, which "
+                f"{type(env).__name__} does not define ({' and '.join(proxied)} come from "
+                f"attribute forwarding, e.g. a gymnax wrapper's from the env it wraps, so its own "
+                f"reset/step would be skipped). Write the wrapper's effect into a subclass of the "
+                f"env (its step_env/reset_env), or use fusedrl.envs.wrappers on the VecEnv."
+            )
+        _warn_own_step_or_reset(env)
         self.env = env
         self.num_envs = int(num_envs)
 

@@ -235,6 +235,48 @@ def test_vecenv_needs_a_positive_number_of_envs():
     assert VecEnv(env, np.int64(3)).num_envs == 3
 
 
+def test_vecenv_refuses_a_gymnax_wrapper_whose_reset_and_step_it_would_skip(private_registry):
+    # A gymnax wrapper forwards reset_env/step_env to the env it wraps: VecEnv (and so training)
+    # stepped the unwrapped env, silently (StickyActionWrapper's replayed actions were never replayed).
+    from gymnax.wrappers.purerl import LogWrapper, StickyActionWrapper
+
+    for wrapped in (StickyActionWrapper(fusedrl.envs.CartPole(), 1.0), LogWrapper(fusedrl.envs.CartPole())):
+        with pytest.raises(TypeError, match=r"does not define \(reset_env and step_env come from attribute "
+                                            r"forwarding, e\.g\. a gymnax wrapper"):
+            VecEnv(wrapped, NUM_ENVS)
+    fusedrl.register("StickyCartPole-v1", lambda: StickyActionWrapper(fusedrl.envs.CartPole(), 1.0))
+    config = fusedrl.PPOConfig(env_id="StickyCartPole-v1", num_envs=2, num_steps=8, total_timesteps=16)
+    with pytest.raises(TypeError, match="StickyActionWrapper does not define"):
+        jax.eval_shape(fusedrl.make_train(config), jax.random.key(0))
+
+
+def test_vecenv_warns_that_an_env_classs_own_step_or_reset_is_not_called():
+    # Shaped.step scales the reward, but VecEnv steps step_env: training saw rewards of 1, not 10.
+    from gymnax.environments.bsuite.deep_sea import DeepSea
+
+    class Shaped(fusedrl.envs.CartPole):
+        def step(self, key, state, action, params=None):
+            obs, state, reward, terminated, truncated, info = super().step(key, state, action, params)
+            return obs, state, 10.0 * reward, terminated, truncated, info
+
+    class Logged(Shaped):
+        def reset(self, key, params=None):
+            return super().reset(key, params)
+
+    with pytest.warns(UserWarning, match=r"Shaped overrides step \(in Shaped\), which VecEnv, and so "
+                                         r"training and evaluation, never calls") as record:
+        VecEnv(Shaped(), NUM_ENVS)
+    assert len(record) == 1
+    with pytest.warns(UserWarning) as record:
+        VecEnv(Logged(), NUM_ENVS)
+    assert [str(w.message).split(",")[0] for w in record] == [
+        "Logged overrides step (in Shaped)", "Logged overrides reset (in Logged)"]
+    with warnings.catch_warnings():  # fusedrl's and gymnax's own overrides add nothing the learners need
+        warnings.simplefilter("error")
+        VecEnv(fusedrl.envs.CartPole(), NUM_ENVS)
+        VecEnv(DeepSea(), NUM_ENVS)
+
+
 # Wrong shapes from a custom env --------------------------------------------------------------------
 # VecEnv checks what the single env's reset_env / step_env / is_truncated return, at trace time.
 class ThreeObs(fusedrl.envs.CartPole):
