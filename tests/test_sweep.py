@@ -843,6 +843,36 @@ def test_data_parallel_episode_statistics_are_the_agents():
         np.testing.assert_allclose(last, want[-1], rtol=1e-6, err_msg=name)
 
 
+def test_data_parallel_normalizes_advantages_over_the_agents_minibatch(monkeypatch):
+    """4 shards of 1 env x 1 step: each shard's minibatch is one transition, the agent's four.
+    The advantages are normalised over the agent's four, so the run is valid (PPOConfig refuses
+    one-transition minibatches under normalize_adv only because they would all be 0) and learns
+    as one agent with the four envs learns from the same rollout."""
+    from fusedrl.sweep import DATA_AXIS, data_parallel_train
+
+    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=1, total_timesteps=4 * 3,
+                       update_epochs=2, num_minibatches=1, hidden_sizes=(8,))
+    built = []  # the shards' trainer
+
+    def spy(*args, **kwargs):
+        built.append(make_train(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(sweep_module, "make_train", spy)
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(0))
+    assert np.isfinite(agent.metrics["policy_loss"]).all()
+    (shard,) = built
+    single = make_train(config)
+    hp = single.default_hparams()
+    state = single.init(jax.random.key(0), hp)
+    state, traj = single.rollout(state, hp, single.make_env(hp), jax.random.key(1))
+    want = single.learn_from_rollout(state, traj, hp)[0].params
+    per_shard = jax.tree.map(lambda x: jnp.stack(jnp.split(x, 4, axis=1)), traj)  # env i on shard i
+    got = jax.vmap(lambda t: shard.learn_from_rollout(state, t, hp)[0].params, axis_name=DATA_AXIS)(per_shard)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, np.broadcast_to(b, a.shape), rtol=1e-5, atol=1e-6)
+
+
 # -------------------------------------------------------------------------------- multi-host
 MULTI_HOST = textwrap.dedent(
     """

@@ -1242,11 +1242,16 @@ def data_parallel_train(
         )
     local_envs = config.num_envs // num_shards
     try:
+        # Checked without normalize_adv: PPOConfig refuses one-transition minibatches under it, but
+        # a shard's minibatch is normalised with the statistics of the agent's (all shards'), whose
+        # size `config` has passed that check with.
         local = config.replace(
-            num_envs=local_envs, total_timesteps=config.num_updates * local_envs * config.num_steps
+            num_envs=local_envs, total_timesteps=config.num_updates * local_envs * config.num_steps,
+            normalize_adv=False,
         )
     except ValueError as e:
         raise ValueError(f"per-shard config of a {num_shards}-way data-parallel run: {e}") from None
+    object.__setattr__(local, "normalize_adv", config.normalize_adv)  # frozen; validated above
     train = make_train(local, axis_name=DATA_AXIS)
 
     def shard(key, hparams):
