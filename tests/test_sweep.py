@@ -793,6 +793,21 @@ def test_data_parallel_shards_stop_early_together():
     np.testing.assert_array_equal(agent.metrics["gradient_steps"], steps[0])
 
 
+def test_data_parallel_refuses_a_host_env_and_bad_devices_by_name():
+    from fusedrl.sweep import data_parallel_train
+
+    config = PPOConfig(env_id="gymnasium:CartPole-v1", num_envs=4, num_steps=8, total_timesteps=64)
+    with pytest.raises(ValueError, match="gymnasium:CartPole-v1.*host.*CartPole-v1"):
+        data_parallel_train(config, jax.devices()[:1], num_shards=2)
+    # devices as sweep takes them: [] was a ZeroDivisionError, "cpu" three shards named c, p and u.
+    config = config.replace(env_id="CartPole-v1")
+    for devices, error, words in (([], ValueError, "devices is empty"),
+                                  ("cpu", TypeError, "list of jax.Device"),
+                                  (jax.devices()[0], TypeError, "list of jax.Device")):
+        with pytest.raises(error, match=words):
+            data_parallel_train(config, devices)
+
+
 def _agent_episodes(n, values):
     """The agent's episode metric from per-shard [S, U] counts and values, one update at a time:
     the episode-weighted mean, else the latest update's that had an episode, else 0."""

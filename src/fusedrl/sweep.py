@@ -718,16 +718,7 @@ def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> 
             f"train the Gymnasium env one run per seed and setting (`fusedrl train --env {config.env_id} "
             f"--seed S`)."
         )
-    if devices is not None:
-        if isinstance(devices, str | jax.Device) or not isinstance(devices, Sequence | np.ndarray):
-            raise TypeError(f"devices must be a list of jax.Device objects (e.g. jax.devices('cpu')), or "
-                            f"None for jax.devices(); got {devices!r}.")
-        for d in devices:
-            if not isinstance(d, jax.Device):
-                raise TypeError(f"devices must be jax.Device objects (e.g. jax.devices('cpu')), got "
-                                f"{d!r} ({type(d).__name__}).")
-        if len(devices) == 0:
-            raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
+    _check_devices(devices)
     env_fields = _check_axes(config, axes)
     for derived, (_, sources) in GYMNAX_DERIVED_PARAMS.get(config.env_id, {}).items():
         swept = [name for name in sources if name in axes]
@@ -746,6 +737,22 @@ def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> 
     devices = tuple(jax.devices() if devices is None else devices)
     streams = _num_streams(streams, devices, num_runs)
     return _Plan(num_seeds, key, dims, axes_out, values, shape, num_runs, devices, streams)
+
+
+def _check_devices(devices) -> None:
+    """Refuses a `devices` argument (of `sweep` or `data_parallel_train`) that is not None or a
+    non-empty list of `jax.Device` objects."""
+    if devices is None:
+        return
+    if isinstance(devices, str | jax.Device) or not isinstance(devices, Sequence | np.ndarray):
+        raise TypeError(f"devices must be a list of jax.Device objects (e.g. jax.devices('cpu')), or "
+                        f"None for jax.devices(); got {devices!r}.")
+    for d in devices:
+        if not isinstance(d, jax.Device):
+            raise TypeError(f"devices must be jax.Device objects (e.g. jax.devices('cpu')), got "
+                            f"{d!r} ({type(d).__name__}).")
+    if len(devices) == 0:
+        raise ValueError("devices is empty: give at least one device, or None for jax.devices().")
 
 
 def check_sweep(
@@ -1226,6 +1233,13 @@ def data_parallel_train(
     aborts the process when one waits more than 40 s; on a heavily loaded machine raise that with
     `--xla_cpu_collective_call_terminate_timeout_seconds` in `XLA_FLAGS`.
     """
+    if is_host_env_id(config.env_id):
+        raise ValueError(
+            f"cannot split {config.env_id} over shards: a Gymnasium env steps on the host (the host "
+            f"bridge), outside the compiled program the shards run. Use {jax_instead(config.env_id)} "
+            f"instead, or train the Gymnasium env as one agent (`fusedrl.make_train(config)`)."
+        )
+    _check_devices(devices)
     devices = tuple(jax.devices() if devices is None else devices)
     if num_shards is not None and (not is_int(num_shards) or num_shards < 1):
         raise ValueError(f"num_shards must be an int >= 1 (or None: one per device), got {num_shards!r}.")
