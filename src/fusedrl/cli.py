@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", metavar="FILE", type=Path,
                    help="a config.json of an earlier run (or a JSON/TOML file of PPOConfig fields)")
     t.add_argument("--num-seeds", type=int, metavar="N",
-                   help="seeds trained at once (default 1; on a CPU, split over the cores)")
+                   help="seeds trained at once (default 1; on a lone CPU device split over its cores, "
+                        "elsewhere one vmapped program on the default device)")
     t.add_argument("--seed", type=seed_arg, metavar="S", help="base random seed (default 0)")
     t.add_argument("--total-timesteps", type=int, metavar="T", help="env steps per seed")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
