@@ -168,6 +168,10 @@ def check_env_param(env_id: str, name: str, value: Any, default: Any) -> Any:
     a value the env cannot use as given is an error naming the param and the fix. `make` checks its
     overrides with it, and `fusedrl.sweep` each value of an env-param axis."""
     default_shape = np.shape(default)
+    if default_shape != () and np.shape(value) != default_shape:  # the env indexes it: a scalar fails there
+        raise ValueError(f"{env_id}: env param {name} is an array of shape {default_shape} (default "
+                         f"{np.asarray(default).tolist()}), got {value!r}; give an array of that shape "
+                         f"(fusedrl.make), not a number.")
     if default_shape != () or isinstance(value, jax.core.Tracer):
         return value  # an array-valued param, or a traced value: nothing to check here
     kind = np.asarray(default).dtype.kind

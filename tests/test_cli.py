@@ -1379,3 +1379,45 @@ def test_a_run_that_diverges_or_never_ends_an_episode_says_so(tmp_path, monkeypa
     for bad in (1.7, True):
         with pytest.raises(TypeError, match="seed must be the index of a seed of the run"):
             fusedrl.load(tmp_path / "nan", seed=bad)
+
+
+def test_config_file_without_env_id_trains_the_env_of_env(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"lr": 0.001}))
+    config, _ = resolve("--config", path, "--env", "Acrobot-v1")
+    assert (config.env_id, config.lr) == ("Acrobot-v1", 0.001)  # not PPOConfig's default env
+
+
+def test_set_env_id_is_refused_with_a_config_file_too(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"env_id": "CartPole-v1"}))
+    with pytest.raises(cli.CLIError, match="use --env to choose the environment"):
+        resolve("--config", path, "--set", "env_id=Acrobot-v1")
+    config, _ = resolve("--config", path, "--set", "env_id=CartPole-v1")  # the same id: harmless
+    assert config.env_id == "CartPole-v1"
+
+
+def test_sweep_axes_take_env_params_as_set_names_them():
+    parser = cli.build_parser()
+    args = parser.parse_args(["sweep", "--env", "CartPole-v1", "--grid", "env_params.gravity=9.8,12"])
+    assert sweep_cli.parse_axes(args) == ("grid", {"gravity": [9.8, 12.0]})
+    args = parser.parse_args(["sweep", "--env", "CartPole-v1", "--grid", "gravity=9.8,12",
+                              "--grid", "env_params.gravity=1,2"])
+    with pytest.raises(cli.CLIError, match="axis 'gravity' is given twice"):
+        sweep_cli.parse_axes(args)
+    args = parser.parse_args(["sweep", "--env", "CartPole-v1", "--grid", "env_params.lr=1e-3,1e-4"])
+    with pytest.raises(cli.CLIError, match="lr is a PPOConfig field, not an env param"):
+        sweep_cli.parse_axes(args)
+
+
+def test_set_refuses_a_number_for_an_array_env_param():
+    # gymnax's Acrobot indexes available_torque ([-1, 0, 1]) by the action: a scalar crashed in tracing
+    with pytest.raises(cli.CLIError, match="available_torque is an array of shape"):
+        resolve("--env", "gymnax:Acrobot-v1", "--set", "available_torque=1.0")
+
+
+def test_env_params_gymnasium_refuses_are_usage_errors(tmp_path):
+    pytest.importorskip("gymnasium")
+    code, _, err = run_cli("train", "--env", "gymnasium:CartPole-v1", "--set", "env_params.foo=1",
+                           "--out", tmp_path / "run")
+    assert code == 2 and "unexpected keyword argument 'foo'" in err and "Traceback" not in err, err

@@ -28,7 +28,7 @@ from fusedrl._argtypes import (
     seed_arg,
 )
 from fusedrl.envs import make, registered_ids, space_info
-from fusedrl.envs.host import is_host_env_id
+from fusedrl.envs.host import HostEnvError, is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.presets import has_preset, preset, preset_source
 
@@ -164,15 +164,20 @@ def resolve(args) -> tuple[PPOConfig, Any]:
         if env_id is None:
             raise CLIError(f"config file {args.config} has no env_id: pass --env ID (see `fusedrl envs`) "
                            f"or add env_id to the file.")
+        base = {**base, "env_id": env_id}  # a file without env_id trains --env's env, not PPOConfig's default
     else:
         env_id, base = args.env, {}
     try:
         env_params = make(env_id, **dict(base.get("env_params", {})))[1]
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, HostEnvError) as e:  # HostEnvError: gymnasium.make refused the params
         raise CLIError(str(e)) from None
 
     overrides = parse_overrides(args.overrides, env_param_defaults(env_params),
                                 total_timesteps=args.total_timesteps)
+    if overrides.get("env_id", env_id) != env_id:  # env params were parsed for env_id's env
+        raise CLIError("use --env to choose the environment, not --set env_id=..."
+                       + (f"; with --config the env is {args.config}'s env_id (or --env when it has none)"
+                          if args.config is not None else ""))
     if "env_params" in overrides:
         overrides["env_params"] = {**dict(base.get("env_params", {})), **overrides["env_params"]}
     try:
@@ -180,10 +185,8 @@ def resolve(args) -> tuple[PPOConfig, Any]:
             config = PPOConfig.from_dict({**base, **overrides})
         else:
             config = preset(env_id, **{k: v for k, v in overrides.items() if k != "env_id"})
-            if "env_id" in overrides and overrides["env_id"] != env_id:
-                raise CLIError("use --env to choose the environment, not --set env_id=...")
         make(config.env_id, **config.env_params)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, HostEnvError) as e:
         raise CLIError(f"invalid configuration: {e}") from None
 
     for name, value in (("num_seeds", args.num_seeds), ("seed", args.seed),

@@ -178,6 +178,12 @@ def parse_axes(args) -> tuple[str, dict[str, Any]]:
         pairs = [parse_list(f"--{mode}", item) for item in getattr(args, mode)]
     axes: dict[str, Any] = {}
     for name, values in pairs:
+        if name.startswith("env_params."):  # an env param as --set names it: the sweep's axis is NAME
+            from fusedrl.train import PPOConfig
+
+            name = name.removeprefix("env_params.")
+            if name in PPOConfig.__dataclass_fields__:
+                raise SweepCLIError(f"env_params.{name}: {name} is a PPOConfig field, not an env param.")
         if name in axes:
             raise SweepCLIError(f"axis {name!r} is given twice.")
         axes[name] = values
