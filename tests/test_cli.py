@@ -10,6 +10,7 @@ import importlib
 import io
 import json
 import os
+import re
 import signal
 import sys
 import types
@@ -197,10 +198,14 @@ def test_config_file_round_trip(trained, tmp_path):
     )
     changed, options = cli.resolve(args)
     assert changed == config.replace(lr=1e-3) and options.num_seeds == 3
-    toml = tmp_path / "c.toml"
-    toml.write_text('env_id = "Pendulum-v1"\nhidden_sizes = [8, 8]\nnormalize_obs = true\n')
-    got, _ = cli.resolve(cli.build_parser().parse_args(["train", "--config", str(toml)]))
-    assert got == PPOConfig(env_id="Pendulum-v1", hidden_sizes=(8, 8), normalize_obs=True)
+    for name in ("c.toml", "C.TOML"):  # read as TOML whatever the suffix's case (was: "not valid JSON")
+        toml = tmp_path / name
+        toml.write_text('env_id = "Pendulum-v1"\nhidden_sizes = [8, 8]\nnormalize_obs = true\n')
+        got, _ = cli.resolve(cli.build_parser().parse_args(["train", "--config", str(toml)]))
+        assert got == PPOConfig(env_id="Pendulum-v1", hidden_sizes=(8, 8), normalize_obs=True)
+    # The run folder itself: named as a folder, with its config.json (was: "does not exist").
+    with pytest.raises(cli.CLIError, match=f"is a folder; its run's config is {re.escape(str(run_dir))}"):
+        cli.resolve(cli.build_parser().parse_args(["train", "--config", str(run_dir)]))
 
 
 def test_existing_run_folder_is_refused_then_overwritten(trained):

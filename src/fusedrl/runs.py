@@ -188,14 +188,18 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
     PPOConfig fields.
     """
     path = Path(path)
+    if path.is_dir():
+        run = path / CONFIG_FILE
+        hint = f"; its run's config is {run}" if run.is_file() else ""
+        raise IsADirectoryError(f"config file {path} is a folder{hint}.")
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist.")
     text = path.read_text(encoding="utf-8")
+    toml = path.suffix.lower() == ".toml"
     try:
-        doc = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        doc = tomllib.loads(text) if toml else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        kind = "TOML" if path.suffix == ".toml" else "JSON"
-        raise ValueError(f"config file {path} is not valid {kind}: {e}") from None
+        raise ValueError(f"config file {path} is not valid {'TOML' if toml else 'JSON'}: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError(f"config file {path} must hold a table/object, got {type(doc).__name__}.")
     if "ppo" in doc:
