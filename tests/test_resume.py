@@ -441,3 +441,16 @@ def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(monk
         del inits[:]
         cli.wandb_logger(project, config, options, run_dir, resuming=resuming).close()
         assert [kwargs.get("id") for kwargs in inits] == [None, None], (project, resuming)
+
+
+def test_the_policy_of_an_unfinished_run_says_which_update_it_holds(uninterrupted, monkeypatch, tmp_path):
+    # fusedrl.load of an interrupted run gives the agent at its latest checkpoint (update 6 of 10):
+    # it says so, rather than passing it off as the trained policy.
+    import fusedrl
+
+    run_dir = tmp_path / "run"
+    interrupted_run(monkeypatch, 8, run_dir, num_seeds=1)
+    with pytest.warns(RuntimeWarning, match="holds update 6 of 10"):
+        pi = fusedrl.load(run_dir)
+    assert pi.update == 6
+    assert fusedrl.load(uninterrupted[1].path).update == 10  # a finished run: no warning

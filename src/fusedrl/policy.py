@@ -31,12 +31,15 @@ class Policy:
       config: the run's PPOConfig.
       params: the network parameters of this seed.
       obs_stats: the observation normaliser's statistics (None without normalize_obs).
+      update: the number of updates the parameters were trained for (`config.num_updates` for a
+        finished run; fewer for the checkpoint of an unfinished one).
     """
 
     def __init__(self, config: PPOConfig, state, hparams):
         self.config = config
         self.params = state.params
         self.hparams = hparams
+        self.update = int(np.ravel(state.update)[0])
         self._encode = self._decode = None
         if is_host_env_id(config.env_id):
             from fusedrl.bridge import _NORM_CLIP, _NORM_EPS, make_host_train
@@ -103,6 +106,9 @@ def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
     Args:
       path: a run folder written by `fusedrl train` / `train_run`, or its `checkpoint/` directory.
       seed: which seed of a multi-seed run; default 0. Ignored by single-run checkpoints.
+
+    The checkpoint of an unfinished run (interrupted, with `checkpoint_every`) holds the agent at its
+    latest checkpoint: `Policy.update` says which update, and a RuntimeWarning says so.
     """
     if seed is not None and not is_int(seed):
         raise TypeError(f"seed must be the index of a seed of the run (an int), got {seed!r}.")
@@ -127,5 +133,10 @@ def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
     if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.params)):
         warnings.warn(f"{path}: the policy's parameters are not all finite (the run diverged), so its "
                       f"actions mean nothing.", RuntimeWarning, stacklevel=2)
-    return Policy(config, state, hparams)
+    policy = Policy(config, state, hparams)
+    if policy.update < config.num_updates:
+        warnings.warn(f"{path}: the run has not finished: its checkpoint holds update {policy.update} of "
+                      f"{config.num_updates}, so the policy is the agent at that update (`fusedrl train "
+                      f"--resume` continues a run folder's run).", RuntimeWarning, stacklevel=2)
+    return policy
 
