@@ -151,7 +151,7 @@ def build_config(args, axes: Mapping[str, Any] | None = None):
         raise SweepCLIError("use --env to choose the environment, not --set env_id=...")
     fixed = {**fields, **fields.get("env_params", {})}
     for name in axes or ():
-        if name.removeprefix("env_params.") in fixed:
+        if name in fixed:  # axis names come from parse_axes, without an env_params. prefix
             raise SweepCLIError(f"{name} is both swept (--grid/--zip/--random) and fixed (--set or "
                                 f"--total-timesteps); drop one of them.")
     try:
