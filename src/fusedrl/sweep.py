@@ -945,7 +945,7 @@ _STREAM_EXECUTABLES: dict[tuple, Any] = {}
 #: YNNPACK's threaded dots and reductions until an execution ends when two executions run at once:
 #: Breakout-MinAtar's preset (2x256 MLP) grew ~13 MB/s on two streams and a 4-seed sweep of it was
 #: killed for lack of memory after ~40 min on 24 GiB; one execution at a time, or these ops left
-#: to other kernels, stayed flat (README, "Sweeps, devices, hosts").
+#: to other kernels, stayed flat (docs/multihost.md, "Why streams run in pieces").
 STREAM_PIECE_UPDATES = 128
 
 
