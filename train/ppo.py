@@ -194,14 +194,15 @@ class PPO:
     def default_hparams(self) -> Hyperparams:
         return self.config.hparams(self.env_params)
 
-    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None):
+    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None,
+                 evaluation: bool = False):
         """The wrapped vectorised env (built per call: reward normalisation uses traced gamma).
 
-        With `obs_stats` (a `RunningMeanStd`) it is the evaluation stack instead: observations are
-        normalised with those frozen statistics and rewards are left alone.
+        With `evaluation` (or `obs_stats`, a `RunningMeanStd`) it is the evaluation stack instead:
+        observations are normalised with the frozen `obs_stats` and rewards are left alone.
         """
         c = self.config
-        training = obs_stats is None
+        training = obs_stats is None and not evaluation
         venv = W.EpisodeStatistics(VecEnv(self.env, num_envs or c.num_envs))
         venv = W.FlattenObservation(venv)
         if not self.discrete:

@@ -181,7 +181,7 @@ def eval_reset(trainer: PPO, result: TrainResult, key, num_episodes: int):
     """
     hparams = result.hparams
     stats = trainer.obs_stats(result.state, hparams)
-    venv = trainer.make_env(hparams, num_envs=num_episodes, obs_stats=stats)
+    venv = trainer.make_env(hparams, num_envs=num_episodes, obs_stats=stats, evaluation=True)
     k_reset, key = jax.random.split(key)
     obs, env_state = venv.reset(k_reset, hparams.env_params)
     return venv, obs, env_state, key

@@ -53,7 +53,7 @@ class Policy:
             self.trainer = make_train(config)
             self.obs_shape = tuple(self.trainer.env.observation_space(hparams.env_params).shape)
             stats = self.trainer.obs_stats(state, hparams)
-            venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=stats)
+            venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=stats, evaluation=True)
             wrapper = W.find_wrapper(venv, W.NormalizeObservation)
             norm = None if wrapper is None else (wrapper.epsilon, wrapper.clip)
         self.obs_stats = self.trainer.obs_stats(state, hparams)
