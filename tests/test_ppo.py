@@ -1005,6 +1005,27 @@ def test_evaluate_normalises_observations_with_the_runs_frozen_statistics():
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_evaluation_stack_never_normalises_rewards():
+    # `evaluate`, `eval_reset` and saved policies build the evaluation stack: frozen observation
+    # statistics and no reward normaliser. Without normalize_obs (no statistics to pass) it was the
+    # training stack, a NormalizeReward with fresh statistics included (harmless for the raw
+    # returns EpisodeStatistics reports below it, but not the stack the docstring describes).
+    from fusedrl.envs.wrappers import NormalizeObservation, NormalizeReward, find_wrapper
+    from fusedrl.evaluation import eval_reset
+
+    for normalize_obs in (False, True):
+        config = PPOConfig(**{**SMALL, "total_timesteps": 64, "normalize_reward": True,
+                              "normalize_obs": normalize_obs})
+        train = make_train(config)
+        result = jax.jit(train)(jax.random.key(0))
+        venv = eval_reset(train, result, jax.random.key(1), 2)[0]
+        assert find_wrapper(venv, NormalizeReward) is None, normalize_obs
+        norm = find_wrapper(venv, NormalizeObservation)
+        assert (norm is not None and not norm.update) if normalize_obs else norm is None
+        returns = fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=2)
+        assert np.all(np.isfinite(returns))
+
+
 def test_trains_in_float32_with_jax_enable_x64():
     # Under jax_enable_x64 (a process-wide flag, hence a subprocess) Python-float hyperparameters
     # and JAX's default dtypes become float64; training stays float32 and runs (GAE's scan failed
