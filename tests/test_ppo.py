@@ -127,6 +127,17 @@ def test_config_takes_numpy_and_jax_scalars_as_python_numbers():
                      normalize_adv=False).minibatch_size == 1
 
 
+def test_config_docstring_describes_every_field():
+    # help(fusedrl.PPOConfig) is where the README sends users: every field is described there, and
+    # the value clip's range, which is clip_eps (a sweep of clip_eps changes both clips), is said.
+    doc = PPOConfig.__doc__.split("Fields:")[1]
+    described = set(re.findall(r"^      (\w+(?:, \w+)*):", doc, re.MULTILINE))
+    names = {name for entry in described for name in entry.split(", ")}
+    assert names == {f.name for f in dataclasses.fields(PPOConfig)}
+    clip_value = doc.split("clip_value_loss:")[1].split("target_kl:")[0]
+    assert "clip_eps" in clip_value and "rollout's values" in clip_value
+
+
 def test_config_replace_and_dict_roundtrip():
     c = PPOConfig(env_params={"gravity": 12.0})
     assert PPOConfig.from_dict(c.to_dict()) == c

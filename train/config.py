@@ -77,6 +77,37 @@ class PPOConfig:
     Traced (vmappable, see `TRACED_FIELDS`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
     defaults with `env_params` overrides applied.
+
+    Fields:
+      env_id: a registered env id ("CartPole-v1", "gymnax:...", "gymnasium:..." for the host bridge).
+      num_envs, num_steps: a rollout is num_steps steps of num_envs envs (batch_size transitions).
+      total_timesteps: env steps of the run; num_updates = total_timesteps // batch_size.
+      update_epochs, num_minibatches: each update takes update_epochs passes over the rollout, each
+        shuffled and cut into num_minibatches minibatches, one Adam step (eps 1e-5) per minibatch.
+      lr: Adam's learning rate.
+      anneal_lr: decay it linearly per update (constant within one), from lr at the first update
+        to lr / num_updates at the last; steps skipped by target_kl still advance the schedule.
+      gamma, gae_lambda: discount and GAE lambda. Truncated episodes bootstrap from V of their
+        final observation, terminated ones do not.
+      clip_eps: the policy ratio's clip range, and also the value clip's (see clip_value_loss).
+      ent_coef, vf_coef: weights of the entropy bonus and the value loss 0.5 * E[(V - target)^2].
+      max_grad_norm: clip the gradient to this global norm before Adam (inf: no clipping).
+      hidden_sizes, activation: the MLP torsos (separate for actor and critic); orthogonal init,
+        scale sqrt(2) for hidden layers, 0.01 for the policy head and 1 for the value head.
+      log_std_init: continuous actions: the initial (state-independent, learned) log-std. Actions
+        are sampled unclipped (the log-prob is the sample's) and clipped to the bounds for the env.
+      normalize_obs: running mean/variance of observations (updated with each step's observations,
+        then applied; clipped to +-10); evaluation and saved policies use the run's final statistics.
+      normalize_reward: divide rewards by the running std of the discounted return (SB3's
+        VecNormalize: scaled, not shifted, clipped to +-10); episode returns are reported raw.
+      normalize_adv: standardise advantages per minibatch (population std, + 1e-8); value targets
+        are the unnormalised advantages plus the rollout's values.
+      clip_value_loss: 0.5 * E[max((V - target)^2, (V_old + clip(V - V_old, +-clip_eps) - target)^2)]
+        (PureJaxRL's and CleanRL's), with V_old the rollout's values: clip_eps is in the value's own
+        units, so without normalize_reward it limits how fast large returns are learned.
+      target_kl: None, or stop an update's remaining minibatch steps once one starts more than
+        1.5 * target_kl (approx. KL, k3 estimator) from the rollout's policy (SB3's rule).
+      env_params: overrides of the env's params (physics constants, time limit).
     """
 
     env_id: str = "CartPole-v1"
