@@ -79,7 +79,8 @@ def test_ppo_loss_matches_numpy_reference(normalize_adv, clip_value_loss):
 
 
 def test_ppo_loss_is_finite_when_a_minibatch_has_constant_advantages():
-    # e.g. a 1-sample minibatch, or a rollout of constant reward: std 0, the 1e-8 keeps it finite.
+    # e.g. a rollout of constant reward (PPOConfig refuses 1-sample minibatches with normalize_adv):
+    # std 0, and the 1e-8 keeps it finite.
     params, batch, _ = _case()
     batch = batch._replace(advantage=jnp.full_like(batch.advantage, 3.0))
     loss, stats = ppo_loss(params, _apply, batch, clip_eps=jnp.float32(0.2), vf_coef=jnp.float32(0.5),

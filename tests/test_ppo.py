@@ -737,6 +737,35 @@ def test_log_std_init_sets_the_gaussian_policy_initial_std():
         np.testing.assert_allclose(entropy, [log_std + gaussian_entropy_at_zero], atol=2e-3)
 
 
+def test_rollout_stores_the_log_prob_and_value_of_the_sampled_action():
+    # The ratio's denominator is log pi_old of the action the policy *sampled*: with a wide initial
+    # std most Pendulum actions fall outside [-2, 2], which only the env sees clipped (ClipAction).
+    # The reference update (tests/test_update_reference.py) takes the rollout as given, so this
+    # pins what the rollout stores: log N(a; mean, std) of the unclipped action and V(obs), both of
+    # the observation acted on (normalised, as the network saw it), written out here by hand.
+    config = PPOConfig(env_id="Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=64,
+                       num_minibatches=2, update_epochs=1, hidden_sizes=(8,), log_std_init=1.0,
+                       normalize_obs=True)
+    train = make_train(config)
+    hp = train.default_hparams()
+
+    @jax.jit
+    def roll(key):
+        state = train.init(key, hp)
+        _, traj = train.rollout(state, hp, train.make_env(hp), key)
+        pi, value = train.network.apply(state.params, traj.obs)
+        return traj, pi.mean, pi.log_std, value
+
+    traj, mean, log_std, value = (jax.tree.map(lambda x: np.asarray(x, np.float64), x)
+                                  for x in roll(jax.random.key(0)))
+    action = traj.action
+    assert (np.abs(action) > 2).any() and (np.abs(action) < 2).any()
+    z = (action - mean) / np.exp(log_std)
+    want = np.sum(-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
+    np.testing.assert_allclose(traj.log_prob, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
 def test_other_action_and_observation_spaces_train(env_id):
     c, r = _tiny_run(env_id)
