@@ -3,8 +3,9 @@
     python -m fusedrl.bench hostloop [--total-timesteps 100000] [--seed 0] [--no-sb3]
 
 Both sides train the same PPO (rl-zoo's CartPole settings: 8 envs x 32 steps, 20 epochs of one
-256-sample minibatch, lr 1e-3 annealed, gamma 0.98, lambda 0.8, no entropy bonus) for the same
-budget, in one process, one after the other:
+256-sample minibatch, lr 1e-3 annealed, gamma 0.98, lambda 0.8, no entropy bonus; unlike rl-zoo,
+the clip range stays 0.2 where rl-zoo anneals it, and the value loss is clipped, on every side,
+SB3 included) for the same budget, in one process, one after the other:
 
 - fused: `jax.jit(make_train(config))`, compiled first (compile time reported apart), then timed;
 - bridge: `make_train(config)` with env_id "gymnasium:CartPole-v1"; the first update (which
