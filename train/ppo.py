@@ -8,6 +8,7 @@ only the network's distribution head differs. Nothing leaves the device unless a
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, NamedTuple
@@ -177,6 +178,7 @@ class PPO:
             self.discrete, action_dim = True, int(act_space.n)
         elif isinstance(act_space, Box) and len(act_space.shape) == 1:
             self.discrete, action_dim = False, int(act_space.shape[0])
+            _warn_bounds_exclude_zero(config.env_id, act_space)
         else:
             raise ValueError(
                 f"{config.env_id}: PPO supports Discrete and 1-D Box action spaces, "
@@ -576,6 +578,34 @@ def _check_observation_space(env_id: str, env, params) -> None:
             f"{env_id}: PPO's networks take one array per observation (a Box observation space), got "
             f"a {type(space).__name__} observation space. Return one array from reset_env and step_env "
             f"(e.g. jnp.concatenate of the parts, flattened) and describe it with a Box."
+        )
+
+
+_WARNED_BOUNDS: set[tuple[str, str]] = set()
+
+
+def _warn_bounds_exclude_zero(env_id: str, space) -> None:
+    """Warns when a Box action space's bounds leave out 0 in some dimension. The Gaussian policy
+    starts at mean 0 and its actions are clipped to the bounds (not rescaled to them), so there more
+    than half of the early actions land on one bound, where the reward does not change with the
+    action: such a dimension barely learns (its mean stays near 0, its greedy action on the bound)."""
+    try:
+        low = np.broadcast_to(np.asarray(space.low, np.float64), space.shape)
+        high = np.broadcast_to(np.asarray(space.high, np.float64), space.shape)
+    except (TypeError, jax.errors.ConcretizationTypeError):  # bounds traced from params: not known here
+        return
+    outside = [i for i in range(low.size) if not low[i] <= 0.0 <= high[i]]
+    bounds = ", ".join(f"{i}: [{low[i]:g}, {high[i]:g}]" for i in outside)
+    if outside and (env_id, bounds) not in _WARNED_BOUNDS:  # once per process: every trainer made warned
+        _WARNED_BOUNDS.add((env_id, bounds))
+        warnings.warn(
+            f"{env_id}: the Box action space leaves out 0 in dimension(s) {bounds}. PPO's Gaussian policy "
+            f"starts at mean 0 and its actions are clipped to the bounds, not rescaled, so most early "
+            f"actions land on a bound and the policy barely learns there. Declare "
+            f"Box(-1.0, 1.0, shape) and map the action to your range in step_env "
+            f"(low + (action + 1) / 2 * (high - low)).",
+            UserWarning,
+            stacklevel=3,
         )
 
 

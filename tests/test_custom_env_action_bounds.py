@@ -1,0 +1,43 @@
+"""A Box action space whose bounds leave out 0 (the Gaussian policy's initial mean) is warned about
+when the trainer is made: its actions are clipped, not rescaled, so such a dimension barely learns."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import pytest
+
+import fusedrl
+from fusedrl.envs import Box
+
+
+def _with_bounds(low, high):
+    class Bounded(fusedrl.envs.MountainCarContinuous):
+        def action_space(self, params=None):
+            return Box(jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32), (len(low),),
+                       jnp.float32)
+
+        def step_env(self, key, state, action, params):
+            return super().step_env(key, state, action[:1], params)
+
+    return Bounded
+
+
+def _config(env_id):
+    return fusedrl.PPOConfig(env_id=env_id, num_envs=2, num_steps=4, total_timesteps=8,
+                             update_epochs=1, num_minibatches=1)
+
+
+def test_bounds_that_leave_out_zero_warn_naming_the_dimension(monkeypatch):
+    monkeypatch.setitem(fusedrl.envs.registry._REGISTRY, "Off-v0", _with_bounds([0.0, -6.0], [1.0, -3.0]))
+    with pytest.warns(UserWarning, match=r"leaves out 0 in dimension\(s\) 1: \[-6, -3\].*Box\(-1.0, 1.0"):
+        fusedrl.make_train(_config("Off-v0"))
+
+
+@pytest.mark.parametrize("low, high", [([-1.0, -1.0], [1.0, 1.0]), ([0.0, -2.0], [1.0, 0.0])])
+def test_bounds_that_hold_zero_do_not_warn(monkeypatch, low, high):
+    monkeypatch.setitem(fusedrl.envs.registry._REGISTRY, "On-v0", _with_bounds(low, high))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fusedrl.make_train(_config("On-v0"))
