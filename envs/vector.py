@@ -21,6 +21,7 @@ it is used never depends on its value, so the initial-state distribution is unch
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -121,8 +122,11 @@ class VecEnv:
 
     def _reset_batch(self, key, params, size=None):
         keys = jax.random.split(key, self.num_envs if size is None else size)
-        obs, state = jax.vmap(self.env.reset_env, in_axes=(0, None))(keys, params)
+        with _explain_tracer_errors(self.env, "reset_env"):
+            out = jax.vmap(self.env.reset_env, in_axes=(0, None))(keys, params)
+        obs, state = _two(self.env, out)
         check_observation(self.env, params, "reset_env", obs)
+        _check_time_field(self.env, "reset_env", state)
         return obs, state
 
     def reset(self, key: jax.Array, params=None) -> tuple[Any, VecEnvState]:
@@ -172,27 +176,29 @@ class VecEnv:
         key = state.key
         if draws is not None:
             _check_draws(draws, state, n)
-        if getattr(env, "deterministic_step", False):
-            step_fn = jax.vmap(lambda s, a: env.step_env(None, s, a, params))
-            try:
-                out = step_fn(state.env_state, action)
-            except TypeError as e:  # "unexpected PRNG key type NoneType", naming neither env nor flag
-                if "PRNG key" in str(e):
-                    e.add_note(f"{type(env).__name__}.deterministic_step is True, so its step_env is "
-                               f"called with key=None: if step_env uses its key, set deterministic_step "
-                               f"= False.")
-                raise
-            obs_st, env_state, reward, terminated, info = _five(env, out)
-        else:
-            if draws is not None:
-                step_keys = draws.step_keys
+        with _explain_tracer_errors(env, "step_env"):  # Python if on a traced value, say
+            if getattr(env, "deterministic_step", False):
+                step_fn = jax.vmap(lambda s, a: env.step_env(None, s, a, params))
+                try:
+                    out = step_fn(state.env_state, action)
+                except TypeError as e:  # "unexpected PRNG key type NoneType", naming neither env nor flag
+                    if "PRNG key" in str(e):
+                        e.add_note(f"{type(env).__name__}.deterministic_step is True, so its step_env is "
+                                   f"called with key=None: if step_env uses its key, set deterministic_step "
+                                   f"= False.")
+                    raise
+                obs_st, env_state, reward, terminated, info = _five(env, out)
             else:
-                key, k_step = jax.random.split(key)
-                step_keys = jax.random.split(k_step, n)
-            step_fn = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
-            obs_st, env_state, reward, terminated, info = _five(
-                env, step_fn(step_keys, state.env_state, action, params)
-            )
+                if draws is not None:
+                    step_keys = draws.step_keys
+                else:
+                    key, k_step = jax.random.split(key)
+                    step_keys = jax.random.split(k_step, n)
+                step_fn = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+                obs_st, env_state, reward, terminated, info = _five(
+                    env, step_fn(step_keys, state.env_state, action, params)
+                )
+        _check_state(env, state.env_state, env_state)
         truncated = jax.vmap(env.is_truncated, in_axes=(0, None))(env_state, params)
         _check_step_outputs(env, params, obs_st, reward, terminated, truncated, state.pool_obs)
         terminated = jnp.asarray(terminated, bool)
@@ -228,6 +234,22 @@ class VecEnv:
         return obs, new_state, jnp.asarray(reward, jnp.float32), terminated, truncated, info
 
 
+@contextlib.contextmanager
+def _explain_tracer_errors(env, method: str):
+    """Adds to jax's error for Python control flow on a traced value (`if action == 1:`) what runs
+    traced and what to write instead."""
+    try:
+        yield
+    except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError is one too
+        e.add_note(
+            f"{type(env).__name__}.{method} runs under jax.vmap and jax.jit: its key, state, action and "
+            f"params are traced arrays without values, so Python if/while, and/or, bool(), int() and "
+            f"float() cannot read them. Use jnp.where(cond, a, b) for values, jax.lax.cond or "
+            f"jax.lax.switch for branches, and jax.lax.fori_loop or jax.lax.while_loop for loops."
+        )
+        raise
+
+
 def _five(env, out):
     """`step_env`'s output, checked to be gymnax's 5-tuple (obs, state, reward, terminated, info)."""
     if not isinstance(out, tuple | list) or len(out) != 5:
@@ -249,6 +271,53 @@ def _five(env, out):
     return out
 
 
+def _two(env, out):
+    """`reset_env`'s output, checked to be gymnax's 2-tuple (obs, state)."""
+    if not isinstance(out, tuple | list) or len(out) != 2:
+        got = f"a {len(out)}-{type(out).__name__}" if isinstance(out, tuple | list) else type(out).__name__
+        raise ValueError(
+            f"{type(env).__name__}.reset_env returned {got}, expected gymnax's 2-tuple (obs, state). "
+            f"Keep anything else the episode needs in the state."
+        )
+    return out
+
+
+def _check_time_field(env, method: str, state) -> None:
+    """The default `is_truncated` reads `state.time`: a state without it failed inside gymnax with
+    an AttributeError naming neither the method nor the fix."""
+    from gymnax.environments import environment
+
+    if getattr(type(env), "is_truncated", None) is environment.Environment.is_truncated and not hasattr(
+            state, "time"):
+        raise TypeError(
+            f"{type(env).__name__}.{method} returned a state ({type(state).__name__}) without a time "
+            f"field, which the default is_truncated reads (state.time >= params.max_steps_in_episode). "
+            f"Subclass fusedrl.envs.EnvState (its `time` counts the episode's steps: return time + 1 "
+            f"from step_env), or override is_truncated."
+        )
+
+
+def _check_state(env, before, after) -> None:
+    """`step_env` must return a state of the same structure, shapes and dtypes as it was given (a
+    rollout carries it through `lax.scan`): name the field, not the scan's carry."""
+    name = type(env).__name__
+    if jax.tree.structure(before) != jax.tree.structure(after):
+        raise TypeError(
+            f"{name}.step_env returned a state of another structure than reset_env's: "
+            f"{jax.tree.structure(after)} instead of {jax.tree.structure(before)}; return the same "
+            f"state class, with every field set (state.replace(...))."
+        )
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(before), jax.tree.leaves(after), strict=True):
+        a_shape, b_shape = jnp.shape(a), jnp.shape(b)
+        a_dtype, b_dtype = (x.dtype if hasattr(x, "dtype") else jnp.asarray(x).dtype for x in (a, b))
+        if (a_shape, a_dtype) != (b_shape, b_dtype):
+            raise TypeError(
+                f"{name}.step_env returned state{jax.tree_util.keystr(path)} of shape {b_shape[1:]} and "
+                f"dtype {b_dtype} per env, but reset_env {a_shape[1:]} and {a_dtype}; return the same "
+                f"shape and dtype from both (e.g. .astype(jnp.{a_dtype}))."
+            )
+
+
 #: The info keys the vector env and the episode-statistics wrapper set on every step.
 RESERVED_INFO_KEYS = ("final_observation", "episode_done", "episode_return", "episode_length")
 
@@ -260,6 +329,15 @@ def _check_step_outputs(env, params, obs, reward, terminated, truncated, reset_o
     check_scalar_output(env, "step_env", "reward", reward)
     check_scalar_output(env, "step_env", "terminated", terminated)
     check_scalar_output(env, "is_truncated", "truncated", truncated)
+    flags = (("step_env", "terminated", terminated), ("is_truncated", "truncated", truncated))
+    for method, field, flag in flags:
+        dtype = jnp.asarray(flag).dtype
+        if jnp.issubdtype(dtype, jnp.inexact):  # read as bool below: any nonzero value would end the episode
+            raise TypeError(
+                f"{type(env).__name__}.{method} returned {field} of dtype {dtype}; it is a flag, read as "
+                f"True wherever it is nonzero. Return a bool (a comparison such as x > limit, or "
+                f"{field}.astype(bool) if it only ever holds 0.0 and 1.0)."
+            )
     leaves, reset_leaves = jax.tree.leaves(obs), jax.tree.leaves(reset_obs)
     dtypes = [x.dtype for x in leaves]
     if len(leaves) == len(reset_leaves) and dtypes != [x.dtype for x in reset_leaves]:

@@ -1,0 +1,46 @@
+"""Python control flow on a traced value in a custom env's step_env or reset_env (`if action == 1:`)
+fails in jax with TracerBoolConversionError; the error now also says which method runs traced and
+what to write instead (jnp.where, jax.lax.cond)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import fusedrl
+from fusedrl.envs import VecEnv
+
+
+class IfOnAction(fusedrl.envs.CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, state, 2.0 if action == 1 else 0.0, terminated, info
+
+
+class IfOnKey(fusedrl.envs.CartPole):
+    def reset_env(self, key, params):
+        if jax.random.uniform(key) > 0.5:
+            return super().reset_env(key, params)
+        return super().reset_env(jax.random.split(key)[0], params)
+
+
+def _notes(excinfo):
+    return "\n".join(getattr(excinfo.value, "__notes__", []))
+
+
+def test_an_if_on_the_action_in_step_env_names_the_method_and_the_fix():
+    _, params = fusedrl.make("CartPole-v1")
+    vec = VecEnv(IfOnAction(), 2)
+    state = jax.eval_shape(vec.reset, jax.random.key(0), params)[1]
+    with pytest.raises(jax.errors.TracerBoolConversionError) as excinfo:
+        jax.eval_shape(lambda s: vec.step(s, np.zeros(2, np.int32), params), state)
+    assert "IfOnAction.step_env runs under jax.vmap and jax.jit" in _notes(excinfo)
+    assert "jnp.where(cond, a, b)" in _notes(excinfo)
+
+
+def test_an_if_on_the_key_in_reset_env_names_the_method():
+    _, params = fusedrl.make("CartPole-v1")
+    with pytest.raises(jax.errors.TracerBoolConversionError) as excinfo:
+        jax.eval_shape(VecEnv(IfOnKey(), 2).reset, jax.random.key(0), params)
+    assert "IfOnKey.reset_env runs under jax.vmap and jax.jit" in _notes(excinfo)
