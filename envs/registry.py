@@ -42,7 +42,14 @@ def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False
             raise ValueError(f"ids starting with {prefix!r} are reserved for {owner} environments; "
                              f"register {env_id[len(prefix):]!r} instead.")
     if not callable(factory):
-        raise TypeError(f"factory for {env_id!r} must be callable, got {type(factory).__name__}.")
+        if hasattr(factory, "step_env") or hasattr(factory, "reset_env"):  # an env built already
+            hint = (f" register the class, not an instance: fusedrl.register({env_id!r}, "
+                    f"{type(factory).__name__}) (make builds it with {type(factory).__name__}()).")
+        elif isinstance(factory, str):
+            hint = f" register the class (or a function that builds the env), not its name {factory!r}."
+        else:
+            hint = " register the env's class (or a function with no arguments that builds the env)."
+        raise TypeError(f"factory for {env_id!r} must be callable, got {type(factory).__name__}:{hint}")
     if env_id in _REGISTRY and not overwrite:
         raise ValueError(f"{env_id!r} is already registered; pass overwrite=True to replace it.")
     _REGISTRY[env_id] = factory
