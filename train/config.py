@@ -279,7 +279,10 @@ def _as_env_params(x) -> _FrozenDict:
             raise TypeError(
                 f"env_params[{name!r}] must be a number (a physics constant or a time limit), got "
                 f"{v!r} ({type(v).__name__}); to try several values, sweep it: "
-                f"fusedrl.sweep(config, {name}=[...])."
+                f"fusedrl.sweep(config, {name}=[...]). An array-valued env param cannot be set in the "
+                f"config: it keeps its default there; pass another value to train through its hparams "
+                f"(hp = config.hparams(); train(key, hp.replace(env_params=hp.env_params.replace("
+                f"{name}=...))))."
             )
         if v != v:  # NaN: no physics; it would train and evaluate to NaN without an error
             raise ValueError(f"env_params[{name!r}] must be a number, got NaN; give it a value "

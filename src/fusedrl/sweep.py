@@ -426,6 +426,15 @@ def _check_axes(config: PPOConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
     static = [f.name for f in dataclasses.fields(PPOConfig) if f.name not in TRACED_FIELDS]
     valid = list(TRACED_FIELDS) + [f for f in env_fields if f not in TRACED_FIELDS]
     for name in axes:
+        if name in env_fields and name not in TRACED_FIELDS and np.shape(env_fields[name]) != ():
+            shape = np.shape(env_fields[name])
+            raise ValueError(
+                f"cannot sweep {name!r}: it is an array-valued env param (shape {shape}), and a sweep "
+                f"axis takes one number per run. Vmap train over it instead: hp = config.hparams(); "
+                f"hps = hp.replace(env_params=hp.env_params.replace({name}=VALUES)) with VALUES of shape "
+                f"[runs, *{shape}], and in_axes (keys, a tree of None with 0 at env_params.{name}), as the "
+                f"README's learning-rate example does for lr."
+            )
         if name in TRACED_FIELDS or name in env_fields:
             continue
         if name in ("seed", "seeds", "trial"):
