@@ -72,7 +72,7 @@ class PPOConfig:
     """Configuration of a PPO run. Field names follow PureJaxRL's (lower-case).
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
-    num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, normalize_obs,
+    num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, network, normalize_obs,
     normalize_reward, normalize_adv, clip_value_loss, target_kl, env_params.
     Traced (vmappable, see `TRACED_FIELDS`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
@@ -96,6 +96,9 @@ class PPOConfig:
         scale sqrt(2) for hidden layers, 0.01 for the policy head and 1 for the value head.
       log_std_init: continuous actions: the initial (state-independent, learned) log-std. Actions
         are sampled unclipped (the log-prob is the sample's) and clipped to the bounds for the env.
+      network: None for the MLP actor-critic, or "module:function", a function that builds your own
+        flax module (see `fusedrl.networks.build_network`); hidden_sizes, activation and
+        log_std_init then go to it in the config, for it to use or ignore.
       normalize_obs: running mean/variance of observations (updated with each step's observations,
         then applied; clipped to +-10); evaluation and saved policies use the run's final statistics.
       normalize_reward: divide rewards by the running std of the discounted return (SB3's
@@ -127,6 +130,8 @@ class PPOConfig:
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     log_std_init: float = 0.0  # continuous actions: the initial log-std of the Gaussian policy
+    # None: the MLP actor-critic above. "module:function": your own network (fusedrl.networks.build_network).
+    network: str | None = None
     normalize_obs: bool = False
     normalize_reward: bool = False
     normalize_adv: bool = True
@@ -371,3 +376,8 @@ def _validate(c: PPOConfig) -> None:
 
     if not isinstance(c.activation, str) or c.activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {c.activation!r}.")
+    if c.network is not None:
+        from fusedrl.networks import network_path_error
+
+        if error := network_path_error(c.network):
+            raise ValueError(f"network {error}")

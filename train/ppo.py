@@ -23,7 +23,7 @@ from fusedrl._argtypes import is_int
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
-from fusedrl.networks import ActorCritic
+from fusedrl.networks import build_network
 from fusedrl.train.advantages import gae
 from fusedrl.train.config import Hyperparams, PPOConfig
 from fusedrl.train.losses import Batch, explained_variance, ppo_loss
@@ -184,13 +184,12 @@ class PPO:
                 f"{config.env_id}: PPO supports Discrete and 1-D Box action spaces, "
                 f"got {space_info(act_space)}."
             )
-        self.network = ActorCritic(
-            action_dim=action_dim,
-            discrete=self.discrete,
-            hidden_sizes=config.hidden_sizes,
-            activation=config.activation,
-            log_std_init=float(config.log_std_init),
-        )
+        self.action_dim = action_dim
+        obs_shape = tuple(getattr(self.env.observation_space(self.env_params), "shape", None) or ())
+        flat = (min(config.num_envs, 2), int(np.prod(obs_shape, dtype=np.int64)))  # FlattenObservation's
+        self.network = build_network(config, action_dim=action_dim, discrete=self.discrete,
+                                     obs_shape=obs_shape,
+                                     obs_example=jax.ShapeDtypeStruct(flat, jnp.float32))
 
     # ----------------------------------------------------------------------------------- pieces
     def default_hparams(self) -> Hyperparams:
@@ -311,7 +310,7 @@ class PPO:
         # keys. Inside the loop, no random numbers and no branches (see fusedrl.envs.vector).
         k_noise, k_env = jax.random.split(key)
         dist = Categorical if self.discrete else DiagGaussian
-        noise = dist.noise(k_noise, (c.num_steps, state.obs.shape[0], self.network.action_dim))
+        noise = dist.noise(k_noise, (c.num_steps, state.obs.shape[0], self.action_dim))
         draws = None
         if venv.predraw_bytes(hparams.env_params, c.num_steps) <= PREDRAW_MAX_BYTES:
             draws = venv.predraw(k_env, hparams.env_params, c.num_steps)

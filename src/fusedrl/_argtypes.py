@@ -54,6 +54,23 @@ def import_modules(names: Sequence[str], *, source: str = "--import") -> None:
             ) from None
 
 
+def check_network(config, error: type[Exception]) -> list[str]:
+    """A config's own network (`network="module:function"`), imported (the current directory on the
+    path, as for --import) and built once to check it, before anything trains; a failure raises
+    `error` with the reason. Returns the module to record with the run's imports ([] without one)."""
+    if config.network is None:
+        return []
+    module = config.network.split(":")[0]
+    import_modules([module], source=f"network {config.network}")
+    from fusedrl.train import make_train
+
+    try:
+        make_train(config)
+    except (TypeError, ValueError) as e:
+        raise error(f"invalid configuration: {e}") from None
+    return [module]
+
+
 def module_name_error(name: Any) -> str | None:
     """Why `name` is not a module name as `import` takes it (None: it is one)."""
     import os
@@ -227,6 +244,8 @@ def _parse(item: str, field: str, text: str, env_defaults: Mapping[str, Any] | N
         if text.lower() in ("none", "off", ""):
             return None
         kind = float
+    if set(typing.get_args(kind)) == {str, type(None)}:  # optional strings (network)
+        return None if text.lower() in ("none", "") else text
     if kind is bool:
         return _parse_bool(item, field, text)
     if kind is int:

@@ -110,7 +110,8 @@ class HostPPO(PPO):
         self._learn = jax.jit(self.learn_host_rollout)
 
     # ------------------------------------------------------------------ not a device env
-    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None):
+    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None,
+                 evaluation: bool = False):
         raise TypeError(
             f"{self.config.env_id} is a Gymnasium env stepped on the host: there is no device "
             f"vectorised env to build (fusedrl.evaluate runs on the device). Evaluate with "

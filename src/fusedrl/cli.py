@@ -20,6 +20,7 @@ import fusedrl
 from fusedrl._argtypes import (
     UsageError,
     add_import_option,
+    check_network,
     env_param_defaults,
     import_modules,
     key_seed_arg,
@@ -194,8 +195,10 @@ def resolve(args) -> tuple[PPOConfig, Any]:
                         ("checkpoint_every", args.checkpoint_every)):
         if value is not None:
             run_opts[name] = value
-    # Recorded in config.json, so that evaluate, --resume and fusedrl.load find the env again.
-    run_opts["imports"] = list(dict.fromkeys([*run_opts.get("imports", []), *args.imports]))
+    network_modules = check_network(config, CLIError)
+    # Recorded in config.json, so that evaluate, --resume and fusedrl.load find the env (and the
+    # network) again.
+    run_opts["imports"] = list(dict.fromkeys([*run_opts.get("imports", []), *args.imports, *network_modules]))
     try:
         options = RunOptions(**run_opts)
         check_supported(config, options)

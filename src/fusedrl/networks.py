@@ -117,6 +117,96 @@ class ActorCritic(nn.Module):
         return pi, value
 
 
+def network_path_error(path) -> str | None:
+    """Why `path` is not a "module:function" network path (None: it is one); the text follows
+    "network " in the config's error."""
+    import keyword
+
+    if isinstance(path, str) and path.count(":") == 1:
+        module, name = path.split(":")
+        if module and all(p.isidentifier() and not keyword.iskeyword(p) for p in module.split(".")) and (
+                name.isidentifier() and not keyword.iskeyword(name)):
+            return None
+    return (f"must be None (the MLP actor-critic) or \"module:function\", a function that builds your "
+            f"own flax module, e.g. \"my_nets:cnn\" for def cnn(...) in my_nets.py; got {path!r}.")
+
+
+def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[int, ...],
+                  obs_example: jax.ShapeDtypeStruct) -> nn.Module:
+    """The trainer's network: `ActorCritic` from the config, or the module `config.network` builds.
+
+    `config.network = "module:function"` imports `module` (from the Python path; the command-line
+    tools put the current directory on it) and calls
+    `function(action_dim=..., discrete=..., obs_shape=..., config=...)`, which must return a flax
+    `nn.Module` whose `__call__(obs)` takes a batch of flat observations `[B, prod(obs_shape)]`
+    (what the trainer's wrappers give: flattened, normalised if `normalize_obs`; reshape it to
+    `obs_shape` for a CNN) and returns `(pi, value)`: `pi` a `fusedrl.distributions.Categorical`
+    with logits `[B, action_dim]` when `discrete`, else a `DiagGaussian` with mean
+    `[B, action_dim]` and log_std `[action_dim]` (or `[B, action_dim]`); `value` `[B]`. This is
+    checked here, by tracing one call (no compile). Use `fusedrl.initializers.orthogonal`, not
+    flax's, for orthogonal weights: flax's uses a QR decomposition, which has deadlocked XLA's CPU
+    thread pool under `jax.vmap` on 2 cores (the README's "Safe on small CPUs").
+    """
+    if config.network is None:
+        return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
+                           activation=config.activation, log_std_init=float(config.log_std_init))
+    import importlib
+
+    path = config.network
+    module_name, name = path.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise  # the module was found, and itself imports something missing
+        raise ValueError(f"network {path!r}: no module named {e.name!r} on the Python path; run from the "
+                         f"folder that holds it (the command-line tools look there), or install its "
+                         f"package.") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ValueError(f"network {path!r}: module {module_name!r} has no function {name!r}"
+                         + ("." if factory is None else f" ({name} is a {type(factory).__name__})."))
+    net = factory(action_dim=action_dim, discrete=discrete, obs_shape=tuple(obs_shape), config=config)
+    if not isinstance(net, nn.Module):
+        raise TypeError(f"network {path!r}: {name}(...) must return a flax.linen.Module, got "
+                        f"{type(net).__name__}.")
+    _check_network_outputs(path, net, action_dim, discrete, obs_example)
+    return net
+
+
+def _check_network_outputs(path: str, net: nn.Module, action_dim: int, discrete: bool,
+                           obs: jax.ShapeDtypeStruct) -> None:
+    def call(key, x):
+        return net.apply(net.init(key, x), x)
+
+    out = jax.eval_shape(call, jax.random.key(0), obs)
+    batch = obs.shape[0]
+    want_pi = Categorical if discrete else DiagGaussian
+    head = "logits" if discrete else "mean"
+    expected = (f"(pi, value), pi a fusedrl.distributions.{want_pi.__name__} with {head} [B, {action_dim}] "
+                f"and value [B], for obs [B, {', '.join(map(str, obs.shape[1:]))}]")
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise TypeError(f"network {path!r}: __call__ must return {expected}; got {type(out).__name__}.")
+    pi, value = out
+    if not isinstance(pi, want_pi):
+        raise TypeError(f"network {path!r}: __call__ must return {expected}; pi is a "
+                        f"{type(pi).__name__}.")
+    got = pi.logits.shape if discrete else pi.mean.shape
+    if tuple(got) != (batch, action_dim):
+        raise ValueError(f"network {path!r}: {head} has shape {tuple(got)} for a batch of {batch} "
+                         f"observations; expected {expected}.")
+    if not discrete:
+        try:
+            np.broadcast_shapes(pi.log_std.shape, (batch, action_dim))
+        except ValueError:
+            raise ValueError(f"network {path!r}: log_std has shape {tuple(pi.log_std.shape)}; expected "
+                             f"[{action_dim}] or [B, {action_dim}].") from None
+    if tuple(getattr(value, "shape", ())) != (batch,):
+        raise ValueError(f"network {path!r}: value has shape {tuple(getattr(value, 'shape', ()))} for a "
+                         f"batch of {batch} observations; expected [B] ({batch},), e.g. "
+                         f"nn.Dense(1)(x)[..., 0].")
+
+
 def value_only(network: ActorCritic, params, obs: jax.Array) -> jax.Array:
     """The critic's value [...] for obs [..., obs_dim] (XLA prunes the unused actor)."""
     return network.apply(params, obs)[1]
@@ -126,4 +216,4 @@ def param_count(params) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
 
-__all__ = ["ACTIVATIONS", "ActorCritic", "Dense", "matmul", "param_count", "value_only"]
+__all__ = ["ACTIVATIONS", "ActorCritic", "Dense", "build_network", "matmul", "param_count", "value_only"]

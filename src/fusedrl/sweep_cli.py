@@ -36,6 +36,7 @@ import numpy as np
 from fusedrl._argtypes import (
     UsageError,
     add_import_option,
+    check_network,
     env_param_defaults,
     import_modules,
     parse_overrides,
@@ -255,6 +256,7 @@ def _run(args) -> int:
         raise SweepCLIError(f"--num-seeds must be >= 1, got {args.num_seeds}.")
     mode, axes = parse_axes(args)
     config = build_config(args, axes)
+    check_network(config, SweepCLIError)
     # Bad input is a usage error; an error once the sweep runs is not, and shows its traceback.
     plan = dict(mode=mode, num_samples=args.num_samples, key=jax.random.key(args.seed), **axes)
     try:
