@@ -240,12 +240,15 @@ def _explain_tracer_errors(env, method: str):
     traced and what to write instead."""
     try:
         yield
-    except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError is one too
+    except (jax.errors.ConcretizationTypeError,  # TracerBoolConversionError is one too
+            jax.errors.TracerIntegerConversionError,  # a Python list indexed by a traced action
+            jax.errors.TracerArrayConversionError) as e:  # np.clip(state.x, ...) and other NumPy calls
         e.add_note(
             f"{type(env).__name__}.{method} runs under jax.vmap and jax.jit: its key, state, action and "
             f"params are traced arrays without values, so Python if/while, and/or, bool(), int() and "
-            f"float() cannot read them. Use jnp.where(cond, a, b) for values, jax.lax.cond or "
-            f"jax.lax.switch for branches, and jax.lax.fori_loop or jax.lax.while_loop for loops."
+            f"float(), indexing a Python list and NumPy functions cannot read them. Use "
+            f"jnp.where(cond, a, b) for values, jax.lax.cond or jax.lax.switch for branches, "
+            f"jax.lax.fori_loop or jax.lax.while_loop for loops, a jnp.array to index and jnp for np."
         )
         raise
 
@@ -310,12 +313,27 @@ def _check_state(env, before, after) -> None:
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(before), jax.tree.leaves(after), strict=True):
         a_shape, b_shape = jnp.shape(a), jnp.shape(b)
         a_dtype, b_dtype = (x.dtype if hasattr(x, "dtype") else jnp.asarray(x).dtype for x in (a, b))
-        if (a_shape, a_dtype) != (b_shape, b_dtype):
+        if (a_shape, a_dtype) != (b_shape, b_dtype) and not (a_shape == b_shape and _promotes(a, b)):
             raise TypeError(
                 f"{name}.step_env returned state{jax.tree_util.keystr(path)} of shape {b_shape[1:]} and "
                 f"dtype {b_dtype} per env, but reset_env {a_shape[1:]} and {a_dtype}; return the same "
                 f"shape and dtype from both (e.g. .astype(jnp.{a_dtype}))."
             )
+
+
+def _weak(x) -> bool:
+    return bool(getattr(x, "weak_type", False) or getattr(getattr(x, "aval", None), "weak_type", False))
+
+
+def _promotes(a, b) -> bool:
+    """A dtype change the rollout absorbs: one side weakly typed (a Python number, `x = 0` in
+    reset_env, `1` in step_env) that promotes to the other's dtype, as the auto-reset's select and
+    the scan's carry do (reset_env's int 0 and step_env's float32 x + 1.0 trained before)."""
+    aw, bw = _weak(a), _weak(b)
+    if not (aw or bw):
+        return False
+    dtype = jnp.result_type(a, b)
+    return (aw and dtype == b.dtype) or (bw and dtype == a.dtype)
 
 
 #: The info keys the vector env and the episode-statistics wrapper set on every step.

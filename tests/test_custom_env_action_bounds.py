@@ -41,3 +41,39 @@ def test_bounds_that_hold_zero_do_not_warn(monkeypatch, low, high):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fusedrl.make_train(_config("On-v0"))
+
+
+def test_the_warning_is_given_once_per_process(monkeypatch):
+    from fusedrl.train import ppo
+
+    monkeypatch.setattr(ppo, "_WARNED_BOUNDS", set())
+    monkeypatch.setitem(fusedrl.envs.registry._REGISTRY, "Once-v0", _with_bounds([1.0], [2.0]))
+    with pytest.warns(UserWarning, match="leaves out 0"):
+        fusedrl.make_train(_config("Once-v0"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fusedrl.make_train(_config("Once-v0"))  # evaluate, Policy and sweeps make trainers again
+
+
+def test_traced_bounds_are_skipped_not_refused():
+    import jax
+
+    from fusedrl.train.ppo import _warn_bounds_exclude_zero
+
+    def check(high):  # bounds computed from traced params: their values are not known
+        _warn_bounds_exclude_zero("Traced-v0", Box(high - 3.0, high, (1,), jnp.float32))
+        return high
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jax.jit(check)(jnp.ones(1))
+
+
+def test_the_warning_points_at_the_make_train_call(monkeypatch):
+    from fusedrl.train import ppo
+
+    monkeypatch.setattr(ppo, "_WARNED_BOUNDS", set())
+    monkeypatch.setitem(fusedrl.envs.registry._REGISTRY, "Where-v0", _with_bounds([1.0], [2.0]))
+    with pytest.warns(UserWarning, match="leaves out 0") as record:
+        fusedrl.make_train(_config("Where-v0"))
+    assert record[0].filename == __file__

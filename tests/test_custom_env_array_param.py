@@ -31,3 +31,11 @@ def test_an_array_in_config_env_params_says_how_to_vary_it():
     with pytest.raises(TypeError, match=re.escape("An array-valued env param cannot be set in the config")
                        + ".*hp.env_params.replace\\(available_torque=...\\)"):
         _config(env_params={"available_torque": [-1.0, 0.0, 1.0]})
+
+
+def test_a_zero_dimensional_array_in_config_env_params_is_a_number():
+    import jax.numpy as jnp
+
+    for value in (jnp.float32(12.0), np.array(12.0)):
+        config = fusedrl.PPOConfig(env_params={"gravity": value})
+        assert config.env_params["gravity"] == 12.0 and type(config.env_params["gravity"]) is float

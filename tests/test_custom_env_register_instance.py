@@ -19,3 +19,9 @@ def test_registering_an_instance_says_to_register_the_class():
 def test_registering_a_name_says_to_register_the_class():
     with pytest.raises(TypeError, match=re.escape("not its name 'mymod.MyEnv'")):
         fusedrl.register("Mine-v0", "mymod.MyEnv")
+
+
+def test_registering_anything_else_says_what_a_factory_is():
+    with pytest.raises(TypeError, match=re.escape("must be callable, got int: register the env's class "
+                                                  "(or a function with no arguments that builds the env)")):
+        fusedrl.register("Mine-v0", 42)

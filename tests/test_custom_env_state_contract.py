@@ -79,3 +79,68 @@ def test_a_state_field_that_changes_dtype_in_step_env_is_named():
     with pytest.raises(TypeError, match=re.escape(expected)):
         _step(FloatTime())
     _step(fusedrl.envs.CartPole())
+
+
+@struct.dataclass
+class XState(fusedrl.envs.EnvState):
+    x: jax.Array
+
+
+class PythonNumbers(fusedrl.envs.CartPole):
+    """`x = 0` (a Python int) in reset_env, a float32 from step_env: the auto-reset's select and the
+    rollout scan promote the weakly typed int, so this env trained before the state check."""
+
+    def reset_env(self, key, params):
+        return jnp.zeros(4), XState(time=0, x=0)
+
+    def step_env(self, key, state, action, params):
+        return jnp.zeros(4), XState(time=state.time + 1, x=state.x + 0.5), 1.0, state.x > 3.0, {}
+
+
+class PythonIntInStep(PythonNumbers):
+    def reset_env(self, key, params):
+        return jnp.zeros(4), XState(time=0, x=jnp.float32(0))
+
+    def step_env(self, key, state, action, params):
+        return jnp.zeros(4), XState(time=state.time + 1, x=1), 1.0, state.x > 3.0, {}
+
+
+class IntToFloat(PythonNumbers):
+    def reset_env(self, key, params):
+        return jnp.zeros(4), XState(time=0, x=jnp.int32(0))
+
+
+@pytest.mark.parametrize("env", [PythonNumbers(), PythonIntInStep()])
+def test_a_weakly_typed_python_number_that_promotes_is_accepted(env):
+    _step(env)
+
+
+def test_a_strongly_typed_int_field_that_becomes_float_is_still_named():
+    with pytest.raises(TypeError, match=re.escape("IntToFloat.step_env returned state.x of shape () and "
+                                                  "dtype float32 per env, but reset_env () and int32")):
+        _step(IntToFloat())
+
+
+class PairX(fusedrl.envs.CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, state.replace(x=jnp.stack([state.x, state.x])), reward, terminated, info
+
+
+class OtherStateClass(fusedrl.envs.CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, NoTimeState(state.x), reward, terminated, info
+
+
+def test_a_state_field_that_changes_shape_in_step_env_is_named():
+    expected = ("PairX.step_env returned state.x of shape (2,) and dtype float32 per env, but "
+                "reset_env () and float32")
+    with pytest.raises(TypeError, match=re.escape(expected)):
+        _step(PairX())
+
+
+def test_a_state_of_another_structure_from_step_env_is_named():
+    with pytest.raises(TypeError, match=re.escape("OtherStateClass.step_env returned a state of another "
+                                                  "structure than reset_env's")):
+        _step(OtherStateClass())

@@ -44,3 +44,43 @@ def test_an_if_on_the_key_in_reset_env_names_the_method():
     with pytest.raises(jax.errors.TracerBoolConversionError) as excinfo:
         jax.eval_shape(VecEnv(IfOnKey(), 2).reset, jax.random.key(0), params)
     assert "IfOnKey.reset_env runs under jax.vmap and jax.jit" in _notes(excinfo)
+
+
+class FloatOfState(fusedrl.envs.CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, state, float(state.x), terminated, info  # a ConcretizationTypeError, not a bool one
+
+
+def test_float_of_a_traced_value_in_step_env_gets_the_note_too():
+    _, params = fusedrl.make("CartPole-v1")
+    vec = VecEnv(FloatOfState(), 2)
+    state = jax.eval_shape(vec.reset, jax.random.key(0), params)[1]
+    with pytest.raises(jax.errors.ConcretizationTypeError) as excinfo:
+        jax.eval_shape(lambda s: vec.step(s, np.zeros(2, np.int32), params), state)
+    assert "FloatOfState.step_env runs under jax.vmap and jax.jit" in _notes(excinfo)
+
+
+class ListIndexedByAction(fusedrl.envs.CartPole):
+    REWARDS = [0.0, 1.0]
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, state, self.REWARDS[action], terminated, info  # TracerIntegerConversionError
+
+
+class NumpyOnState(fusedrl.envs.CartPole):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, state, np.clip(state.x, -1.0, 1.0), terminated, info  # TracerArrayConversionError
+
+
+@pytest.mark.parametrize("env", [ListIndexedByAction(), NumpyOnState()])
+def test_a_list_indexed_by_the_action_or_numpy_on_the_state_gets_the_note(env):
+    _, params = fusedrl.make("CartPole-v1")
+    vec = VecEnv(env, 2)
+    state = jax.eval_shape(vec.reset, jax.random.key(0), params)[1]
+    with pytest.raises(TypeError) as excinfo:
+        jax.eval_shape(lambda s: vec.step(s, np.zeros(2, np.int32), params), state)
+    assert f"{type(env).__name__}.step_env runs under jax.vmap and jax.jit" in _notes(excinfo)
+    assert "a jnp.array to index" in _notes(excinfo)

@@ -277,6 +277,10 @@ def _as_env_params(x) -> _FrozenDict:
             f"env_params must be a mapping of the env's param names to numbers, e.g. "
             f"{{'gravity': 12.0}}, got {x!r} ({type(x).__name__})."
         )
+    # A 0-d NumPy or JAX array (jnp.float32(12.0)) is a number: as its NumPy scalar (the message
+    # below, for arrays, told it to vary the value through train's hparams).
+    x = {k: np.asarray(v)[()] if isinstance(v, np.ndarray | jax.Array) and np.ndim(v) == 0
+         and not isinstance(v, jax.core.Tracer) else v for k, v in x.items()}
     for name, v in x.items():
         if not isinstance(name, str):
             raise TypeError(f"env_params keys must be param names (str), got {name!r}.")

@@ -604,7 +604,7 @@ def _warn_bounds_exclude_zero(env_id: str, space) -> None:
             f"Box(-1.0, 1.0, shape) and map the action to your range in step_env "
             f"(low + (action + 1) / 2 * (high - low)).",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of make_train (_warn, PPO.__init__, make_train)
         )
 
 
