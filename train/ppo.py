@@ -330,7 +330,11 @@ class PPO:
     # ---------------------------------------------------------------------------------- update
     def advantages(self, params, traj: Transition, hparams: Hyperparams):
         """GAE over the [T, N] rollout; returns (advantages, targets), each [T, N]."""
-        v_next = self.network.apply(params, traj.next_obs)[1]
+        # The network takes a batch [B, obs_dim] (docs/networks.md): a user's network may read the
+        # batch size from obs.shape[0], so the [T, N] rollout is flattened, not passed as it is.
+        num_steps, num_envs = traj.next_obs.shape[:2]
+        flat_obs = traj.next_obs.reshape((num_steps * num_envs,) + traj.next_obs.shape[2:])
+        v_next = self.network.apply(params, flat_obs)[1].reshape(num_steps, num_envs)
         adv = jax.vmap(gae, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1)(
             traj.reward, traj.value, v_next, traj.terminated, traj.done,
             hparams.gamma, hparams.gae_lambda,
