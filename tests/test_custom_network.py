@@ -74,6 +74,17 @@ def nets(tmp_path, monkeypatch):
         def not_a_module(action_dim, discrete, obs_shape, config):
             return "a network"
         not_callable = 3
+
+        def raises(action_dim, discrete, obs_shape, config):
+            raise KeyError("no such layer")
+
+        class Fails(nn.Module):
+            @nn.compact
+            def __call__(self, obs):
+                raise RuntimeError("my bug")
+
+        def fails_in_call(action_dim, discrete, obs_shape, config):
+            return Fails()
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
@@ -153,3 +164,13 @@ def test_cli_trains_evaluates_and_loads_a_run_with_its_own_network(nets, capsys)
     assert cli_main(["train", "--env", "CartPole-v1", "--set", "network=other_nets:f", "--out",
                      str(nets / "run2")]) == 2
     assert "no module named 'other_nets'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path, error, note", [
+    ("broken_nets:raises", KeyError, "while make_train built network 'broken_nets:raises'"),
+    ("broken_nets:fails_in_call", RuntimeError, "while make_train traced network 'broken_nets:fails_in"),
+])
+def test_an_error_of_the_users_own_code_says_which_network_raised_it(nets, path, error, note):
+    with pytest.raises(error) as excinfo:
+        fusedrl.make_train(_config(network=path))
+    assert note in "\n".join(getattr(excinfo.value, "__notes__", []))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import flax.linen as nn
@@ -166,20 +167,73 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     if not callable(factory):
         raise ValueError(f"network {path!r}: module {module_name!r} has no function {name!r}"
                          + ("." if factory is None else f" ({name} is a {type(factory).__name__})."))
-    net = factory(action_dim=action_dim, discrete=discrete, obs_shape=tuple(obs_shape), config=config)
+    kwargs = dict(action_dim=action_dim, discrete=discrete, obs_shape=tuple(obs_shape), config=config)
+    import inspect
+
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as e:
+        raise TypeError(f"network {path!r}: {name} must take the keyword arguments action_dim, discrete, "
+                        f"obs_shape and config, e.g. def {name}(action_dim, discrete, obs_shape, config) "
+                        f"(or **kwargs for those it ignores); calling it: {e}.") from None
+    except ValueError:  # no signature to inspect (some builtins): the call below says what is wrong
+        pass
+    with _noting(f"while make_train built network {path!r} ({name}(**{sorted(kwargs)}))"):
+        net = factory(**kwargs)
     if not isinstance(net, nn.Module):
         raise TypeError(f"network {path!r}: {name}(...) must return a flax.linen.Module, got "
                         f"{type(net).__name__}.")
-    _check_network_outputs(path, net, action_dim, discrete, obs_example)
+    with _noting(f"while make_train traced network {path!r} on observations {obs_example.shape}"):
+        _check_network_outputs(path, net, action_dim, discrete, obs_example)
     return net
+
+
+@contextlib.contextmanager
+def _noting(note: str):
+    """Adds `note` to an error raised by the user's code (a factory or module that raises its own
+    error, which names no network), unless it is one of ours, which names it already."""
+    try:
+        yield
+    except Exception as e:
+        if not str(e).startswith("network "):
+            e.add_note(note)
+        raise
 
 
 def _check_network_outputs(path: str, net: nn.Module, action_dim: int, discrete: bool,
                            obs: jax.ShapeDtypeStruct) -> None:
-    def call(key, x):
-        return net.apply(net.init(key, x), x)
+    import flax.errors
 
-    out = jax.eval_shape(call, jax.random.key(0), obs)
+    def call(key, x):
+        variables = net.init(key, x)
+        return variables, net.apply(variables, x)
+
+    # The trainer initialises the module with one PRNG stream ('params'), calls it with none and no
+    # mutable collections, and optimises every variable init returns with Adam.
+    try:
+        variables, out = jax.eval_shape(call, jax.random.key(0), obs)
+    except flax.errors.InvalidRngError as e:
+        raise ValueError(f"network {path!r}: the trainer calls the module without PRNG streams, so it cannot "
+                         f"draw random numbers ({e}). Dropout (or self.make_rng) is not supported: leave it "
+                         f"out, or pass deterministic=True.") from None
+    except flax.errors.ModifyScopeVariableError as e:
+        raise ValueError(f"network {path!r}: the trainer calls the module without mutable collections, so it "
+                         f"cannot update its variables ({e}). Running statistics (nn.BatchNorm) are not "
+                         f"supported: use nn.LayerNorm, or normalize_obs for the observations.") from None
+    extra = sorted(set(variables) - {"params"})
+    if extra:
+        raise ValueError(f"network {path!r}: the module has variables outside 'params' (collections "
+                         f"{extra}), and the trainer would train them by gradient descent as parameters. "
+                         f"Use only parameters: nn.LayerNorm instead of nn.BatchNorm, constants as "
+                         f"attributes or jnp arrays.")
+    leaves = jax.tree_util.tree_leaves_with_path(variables)
+    low = [f"{jax.tree_util.keystr(p)} is {leaf.dtype}" for p, leaf in leaves
+           if not (jnp.issubdtype(leaf.dtype, jnp.floating) and jnp.finfo(leaf.dtype).bits >= 32)]
+    if low:
+        raise TypeError(f"network {path!r}: parameters must be float32 ({low[0]}): the trainer's gradient "
+                        f"clipping (optax.clip_by_global_norm) fails on other dtypes. Keep param_dtype "
+                        f"float32 and compute in bfloat16 with dtype=jnp.bfloat16 (e.g. nn.Dense(64, "
+                        f"dtype=jnp.bfloat16)).")
     batch = obs.shape[0]
     want_pi = Categorical if discrete else DiagGaussian
     head = "logits" if discrete else "mean"
@@ -196,8 +250,9 @@ def _check_network_outputs(path: str, net: nn.Module, action_dim: int, discrete:
         raise ValueError(f"network {path!r}: {head} has shape {tuple(got)} for a batch of {batch} "
                          f"observations; expected {expected}.")
     if not discrete:
-        try:
-            np.broadcast_shapes(pi.log_std.shape, (batch, action_dim))
+        try:  # DiagGaussian broadcasts log_std to the mean's shape: it must not widen it
+            if np.broadcast_shapes(pi.log_std.shape, (batch, action_dim)) != (batch, action_dim):
+                raise ValueError
         except ValueError:
             raise ValueError(f"network {path!r}: log_std has shape {tuple(pi.log_std.shape)}; expected "
                              f"[{action_dim}] or [B, {action_dim}].") from None
