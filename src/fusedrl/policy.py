@@ -97,6 +97,8 @@ class Policy:
     __call__ = act
 
     def __repr__(self):
+        if self.config.network is not None:  # hidden_sizes go to the user's network, to use or ignore
+            return f"Policy({self.config.env_id!r}, network={self.config.network!r})"
         return f"Policy({self.config.env_id!r}, hidden_sizes={self.config.hidden_sizes})"
 
 
