@@ -253,16 +253,21 @@ def _explain_tracer_errors(env, method: str):
         raise
 
 
+def _check_length(env, method: str, out, n: int, fields: str, advice: str) -> None:
+    """`out` is a tuple (or list) of `n` values, or a ValueError names the method, what it returned
+    and gymnax's `fields`."""
+    if not isinstance(out, tuple | list) or len(out) != n:
+        got = f"a {len(out)}-{type(out).__name__}" if isinstance(out, tuple | list) else type(out).__name__
+        raise ValueError(f"{type(env).__name__}.{method} returned {got}, expected gymnax's {n}-tuple "
+                         f"({fields}). {advice}")
+
+
 def _five(env, out):
     """`step_env`'s output, checked to be gymnax's 5-tuple (obs, state, reward, terminated, info)."""
-    if not isinstance(out, tuple | list) or len(out) != 5:
-        got = f"a {len(out)}-{type(out).__name__}" if isinstance(out, tuple | list) else type(out).__name__
-        raise ValueError(
-            f"{type(env).__name__}.step_env returned {got}, expected gymnax's 5-tuple (obs, state, "
-            f"reward, terminated, info). Truncation is not returned by step_env: it comes from "
-            f"is_truncated(state, params), by default state.time >= params.max_steps_in_episode "
-            f"(override is_truncated for another rule)."
-        )
+    _check_length(env, "step_env", out, 5, "obs, state, reward, terminated, info",
+                  "Truncation is not returned by step_env: it comes from is_truncated(state, params), by "
+                  "default state.time >= params.max_steps_in_episode (override is_truncated for another "
+                  "rule).")
     info = out[4]
     taken = sorted(set(info) & set(RESERVED_INFO_KEYS)) if isinstance(info, dict) else []
     if taken:
@@ -276,12 +281,8 @@ def _five(env, out):
 
 def _two(env, out):
     """`reset_env`'s output, checked to be gymnax's 2-tuple (obs, state)."""
-    if not isinstance(out, tuple | list) or len(out) != 2:
-        got = f"a {len(out)}-{type(out).__name__}" if isinstance(out, tuple | list) else type(out).__name__
-        raise ValueError(
-            f"{type(env).__name__}.reset_env returned {got}, expected gymnax's 2-tuple (obs, state). "
-            f"Keep anything else the episode needs in the state."
-        )
+    _check_length(env, "reset_env", out, 2, "obs, state",
+                  "Keep anything else the episode needs in the state.")
     return out
 
 

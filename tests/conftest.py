@@ -3,8 +3,10 @@
 import os
 import shutil
 import tempfile
+import textwrap
 
 import jax
+import pytest
 
 # Catch the classic [N, 1] value against [N] reward broadcast: implicit rank promotion is an error,
 # here and in the processes tests start (multi-device and multi-process runs, notebook kernels),
@@ -30,3 +32,38 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if not hasattr(config, "workerinput"):
         shutil.rmtree(os.environ.pop(_CACHE_DIR), ignore_errors=True)
+
+
+#: The smallest network module a user could write (docs/networks.md): `Net`, Dense logits and value,
+#: and its factory `net`. The custom-network tests add what each needs.
+TINY_NET = """
+import flax.linen as nn
+from fusedrl.distributions import Categorical
+
+
+class Net(nn.Module):
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs):
+        return Categorical(logits=nn.Dense(self.action_dim)(obs)), nn.Dense(1)(obs)[..., 0]
+
+
+def net(action_dim, discrete, obs_shape, config):
+    return Net(action_dim)
+"""
+
+
+@pytest.fixture
+def net_module(tmp_path, monkeypatch):
+    """`write(name, extra="", folder=tmp_path)`: writes the module `name` (TINY_NET, then `extra`)
+    into `folder` and puts the folder on sys.path; returns the folder."""
+
+    def write(name, extra="", folder=None):
+        folder = folder or tmp_path
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.py").write_text(TINY_NET + textwrap.dedent(extra), encoding="utf-8")
+        monkeypatch.syspath_prepend(str(folder))
+        return folder
+
+    return write

@@ -29,14 +29,20 @@ def _notes(excinfo):
     return "\n".join(getattr(excinfo.value, "__notes__", []))
 
 
-def test_an_if_on_the_action_in_step_env_names_the_method_and_the_fix():
+def _step_notes(env, error) -> str:
+    """The notes of the `error` that tracing one step of `env` raises."""
     _, params = fusedrl.make("CartPole-v1")
-    vec = VecEnv(IfOnAction(), 2)
+    vec = VecEnv(env, 2)
     state = jax.eval_shape(vec.reset, jax.random.key(0), params)[1]
-    with pytest.raises(jax.errors.TracerBoolConversionError) as excinfo:
+    with pytest.raises(error) as excinfo:
         jax.eval_shape(lambda s: vec.step(s, np.zeros(2, np.int32), params), state)
-    assert "IfOnAction.step_env runs under jax.vmap and jax.jit" in _notes(excinfo)
-    assert "jnp.where(cond, a, b)" in _notes(excinfo)
+    return _notes(excinfo)
+
+
+def test_an_if_on_the_action_in_step_env_names_the_method_and_the_fix():
+    notes = _step_notes(IfOnAction(), jax.errors.TracerBoolConversionError)
+    assert "IfOnAction.step_env runs under jax.vmap and jax.jit" in notes
+    assert "jnp.where(cond, a, b)" in notes
 
 
 def test_an_if_on_the_key_in_reset_env_names_the_method():
@@ -53,12 +59,8 @@ class FloatOfState(fusedrl.envs.CartPole):
 
 
 def test_float_of_a_traced_value_in_step_env_gets_the_note_too():
-    _, params = fusedrl.make("CartPole-v1")
-    vec = VecEnv(FloatOfState(), 2)
-    state = jax.eval_shape(vec.reset, jax.random.key(0), params)[1]
-    with pytest.raises(jax.errors.ConcretizationTypeError) as excinfo:
-        jax.eval_shape(lambda s: vec.step(s, np.zeros(2, np.int32), params), state)
-    assert "FloatOfState.step_env runs under jax.vmap and jax.jit" in _notes(excinfo)
+    notes = _step_notes(FloatOfState(), jax.errors.ConcretizationTypeError)
+    assert "FloatOfState.step_env runs under jax.vmap and jax.jit" in notes
 
 
 class ListIndexedByAction(fusedrl.envs.CartPole):
@@ -77,10 +79,6 @@ class NumpyOnState(fusedrl.envs.CartPole):
 
 @pytest.mark.parametrize("env", [ListIndexedByAction(), NumpyOnState()])
 def test_a_list_indexed_by_the_action_or_numpy_on_the_state_gets_the_note(env):
-    _, params = fusedrl.make("CartPole-v1")
-    vec = VecEnv(env, 2)
-    state = jax.eval_shape(vec.reset, jax.random.key(0), params)[1]
-    with pytest.raises(TypeError) as excinfo:
-        jax.eval_shape(lambda s: vec.step(s, np.zeros(2, np.int32), params), state)
-    assert f"{type(env).__name__}.step_env runs under jax.vmap and jax.jit" in _notes(excinfo)
-    assert "a jnp.array to index" in _notes(excinfo)
+    notes = _step_notes(env, TypeError)
+    assert f"{type(env).__name__}.step_env runs under jax.vmap and jax.jit" in notes
+    assert "a jnp.array to index" in notes

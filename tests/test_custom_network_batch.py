@@ -4,20 +4,15 @@ reads its batch size from obs.shape[0] trains: GAE's bootstrap values were compu
 
 from __future__ import annotations
 
-import textwrap
-
 import jax
 import numpy as np
 
 import fusedrl
 
 
-def test_a_network_that_reads_the_batch_size_from_obs_shape_0_trains(tmp_path, monkeypatch):
-    (tmp_path / "batch_nets.py").write_text(textwrap.dedent("""
-        import flax.linen as nn
-        from fusedrl.distributions import Categorical
-
-        class Net(nn.Module):
+def test_a_network_that_reads_the_batch_size_from_obs_shape_0_trains(net_module):
+    net_module("batch_nets", """
+        class BatchNet(nn.Module):
             action_dim: int
             obs_shape: tuple
 
@@ -27,11 +22,10 @@ def test_a_network_that_reads_the_batch_size_from_obs_shape_0_trains(tmp_path, m
                 x = nn.tanh(nn.Dense(16)(x.reshape((obs.shape[0], -1))))
                 return Categorical(logits=nn.Dense(self.action_dim)(x)), nn.Dense(1)(x)[..., 0]
 
-        def net(action_dim, discrete, obs_shape, config):
-            return Net(action_dim, obs_shape)
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    config = fusedrl.PPOConfig(env_id="CartPole-v1", network="batch_nets:net", num_envs=4, num_steps=8,
+        def batch_net(action_dim, discrete, obs_shape, config):
+            return BatchNet(action_dim, obs_shape)
+        """)
+    config = fusedrl.PPOConfig(env_id="CartPole-v1", network="batch_nets:batch_net", num_envs=4, num_steps=8,
                                total_timesteps=64, num_minibatches=2, update_epochs=1)
     result = jax.jit(fusedrl.make_train(config))(jax.random.key(0))
     assert np.isfinite(result.metrics["value_loss"]).all()

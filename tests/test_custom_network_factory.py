@@ -4,26 +4,14 @@ config) is refused with an error naming the network and the signature to write: 
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 import fusedrl
 
 
 @pytest.fixture
-def factories(tmp_path, monkeypatch):
-    (tmp_path / "factory_nets.py").write_text(textwrap.dedent("""
-        import flax.linen as nn
-        from fusedrl.distributions import Categorical
-
-        class Net(nn.Module):
-            action_dim: int
-
-            @nn.compact
-            def __call__(self, obs):
-                return Categorical(logits=nn.Dense(self.action_dim)(obs)), nn.Dense(1)(obs)[..., 0]
-
+def factories(net_module):
+    net_module("factory_nets", """
         def no_config(action_dim, discrete, obs_shape):
             return Net(action_dim)
 
@@ -35,8 +23,7 @@ def factories(tmp_path, monkeypatch):
 
         def inner_type_error(action_dim, discrete, obs_shape, config):
             return Net(action_dim, "extra")  # the factory's own mistake: its own error
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
+        """)
 
 
 def _config(network):

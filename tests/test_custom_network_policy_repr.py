@@ -3,30 +3,14 @@ hidden_sizes it did not use."""
 
 from __future__ import annotations
 
-import textwrap
-
 import jax
 
 import fusedrl
 from fusedrl.policy import Policy
 
 
-def test_the_repr_of_a_policy_names_its_own_network(tmp_path, monkeypatch):
-    (tmp_path / "repr_nets.py").write_text(textwrap.dedent("""
-        import flax.linen as nn
-        from fusedrl.distributions import Categorical
-
-        class Net(nn.Module):
-            action_dim: int
-
-            @nn.compact
-            def __call__(self, obs):
-                return Categorical(logits=nn.Dense(self.action_dim)(obs)), nn.Dense(1)(obs)[..., 0]
-
-        def net(action_dim, discrete, obs_shape, config):
-            return Net(action_dim)
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
+def test_the_repr_of_a_policy_names_its_own_network(net_module):
+    net_module("repr_nets")
     config = fusedrl.PPOConfig(env_id="CartPole-v1", network="repr_nets:net", num_envs=4, num_steps=8,
                                total_timesteps=64)
     train = fusedrl.make_train(config)

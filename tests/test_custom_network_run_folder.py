@@ -6,7 +6,6 @@ said "no module named ... (the command-line tools look there)" without looking t
 from __future__ import annotations
 
 import sys
-import textwrap
 
 import fusedrl
 from fusedrl.cli import main as cli_main
@@ -14,25 +13,10 @@ from fusedrl.runs import train_run
 
 
 def test_a_python_made_run_with_its_own_network_evaluates_from_the_networks_folder(tmp_path, monkeypatch,
-                                                                                   capsys):
+                                                                                   capsys, net_module):
     folder = tmp_path / "project"
     folder.mkdir()
-    (folder / "folder_nets.py").write_text(textwrap.dedent("""
-        import flax.linen as nn
-        from fusedrl.distributions import Categorical
-
-        class Net(nn.Module):
-            action_dim: int
-
-            @nn.compact
-            def __call__(self, obs):
-                x = nn.tanh(nn.Dense(8)(obs))
-                return Categorical(logits=nn.Dense(self.action_dim)(x)), nn.Dense(1)(x)[..., 0]
-
-        def net(action_dim, discrete, obs_shape, config):
-            return Net(action_dim)
-        """))
-    monkeypatch.syspath_prepend(str(folder))
+    net_module("folder_nets", folder=folder)
     config = fusedrl.PPOConfig(env_id="CartPole-v1", network="folder_nets:net", num_envs=4, num_steps=8,
                                total_timesteps=64, num_minibatches=2, update_epochs=1)
     run = tmp_path / "run"
