@@ -880,3 +880,18 @@ def test_hostloop_and_sweep_benches_reject_budgets_below_their_minimum(monkeypat
         with pytest.raises(SystemExit):
             bench_sweep.main(["--agents", "1", *bad])
         assert "must be >= 1" in capsys.readouterr().err
+
+
+def test_cpu_model_names_the_processor_and_its_widest_simd_extension():
+    # A preset row is bit-identical only on one processor model (XLA:CPU picks kernels by the SIMD
+    # extensions, and their rounding differs), so the benchmarks print which one they ran on.
+    from fusedrl.bench._timing import cpu_model, cpu_model_from
+
+    x86 = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n"
+           "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse4_2 avx avx2 avx512f avx512_fp16\n")
+    assert cpu_model_from(x86) == "Intel(R) Xeon(R) Processor (family 6 model 207), avx512f"
+    avx2 = x86.replace(" avx512f", "")
+    assert cpu_model_from(avx2) == "Intel(R) Xeon(R) Processor (family 6 model 207), avx2"
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes\nCPU part\t: 0xd0c\nModel\t: Neoverse\n"
+    assert cpu_model_from(arm) == "Neoverse, asimd"
+    assert isinstance(cpu_model(), str) and cpu_model()

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from fusedrl.bench._timing import compile_then_run
+from fusedrl.bench._timing import compile_then_run, cpu_model
 
 CONFIGS = {
     "default": dict(seeds=1, num_envs=4, num_steps=128),
@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             env={"PUREJAXRL_SRC": src}, timeout=args.peer_timeout,
         )
     print(
-        f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs, "
+        f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs ({cpu_model()}), "
         f"steps per agent {totals}, {args.repeats} repeats"
     )
     labels = list(impls)

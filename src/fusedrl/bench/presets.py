@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from fusedrl._argtypes import seed_arg
-from fusedrl.bench._timing import compile_then_run
+from fusedrl.bench._timing import compile_then_run, cpu_model
 
 # Published PPO returns in gymnax-blines (RobertTLange/gymnax-blines), the targets we compare with.
 REFERENCE = {
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.all and args.env not in PRESETS:
         print(f"note: {args.env!r} has no preset; using PPOConfig defaults", file=sys.stderr)
     overrides = _parse_set(args.set)
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} CPUs, "
+    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} CPUs ({cpu_model()}), "
           f"load average {os.getloadavg()[0]:.1f}" + (f", overrides {overrides}" if overrides else ""))
     print(HEADER, flush=True)
     for env_id in envs:
