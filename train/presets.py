@@ -18,12 +18,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
     ),
-    # rl-zoo ppo.yml (normalize, gae 0.94, ent 0) with PureJaxRL-size batches and lr 1e-3.
-    # Measured (`python -m fusedrl.bench presets --env Acrobot-v1`, 2026-11-23): greedy -77.9 ± 2.9
-    # over 4 seeds (min -79.9), 1e6 steps; reference -80 (5e5 steps, an earlier trainer: -82.3).
+    # rl-zoo ppo.yml (normalize, gae 0.94) with PureJaxRL-size batches, lr 1e-3 and PureJaxRL's
+    # entropy bonus 0.01. With rl-zoo's 0, 2 of 48 seeds ended far behind (-246 and -185 greedy); the
+    # one inspected had lost most of its entropy while every episode still timed out at -500
+    # (docs/results.md). Measured (`python -m fusedrl.bench presets --env Acrobot-v1`, 2026-11-25,
+    # Xeon family 6 model 207): greedy -78.3 ± 4.1 over 4 seeds (min -84.7), 1e6 steps; reference
+    # -80. With `--seeds 16` and root seeds 0, 1, 2: -78.2 ± 3.0, -77.2 ± 4.3 and -77.5 ± 3.2 (worst
+    # seeds -83.3, -90.3, -86.5).
     "Acrobot-v1": dict(
         num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=8,
-        lr=1e-3, gamma=0.99, gae_lambda=0.94, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
+        lr=1e-3, gamma=0.99, gae_lambda=0.94, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
     ),
     # After rl-zoo ppo.yml (gae 0.95, 10 epochs, lr 1e-3; no gSDE here), 32 envs, gamma 0.98.
