@@ -60,7 +60,9 @@ def check_network(config, error: type[Exception]) -> list[str]:
     `error` with the reason. Returns the module to record with the run's imports ([] without one)."""
     if config.network is None:
         return []
-    module = config.network.split(":")[0]
+    from fusedrl.networks import network_module
+
+    module = network_module(config.network)
     import_modules([module], source=f"network {config.network}")
     from fusedrl.train import make_train
 

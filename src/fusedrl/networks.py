@@ -132,6 +132,11 @@ def network_path_error(path) -> str | None:
             f"own flax module, e.g. \"my_nets:cnn\" for def cnn(...) in my_nets.py; got {path!r}.")
 
 
+def network_module(path: str) -> str:
+    """The module part of a "module:function" network path (checked by `network_path_error`)."""
+    return path.split(":")[0]
+
+
 def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[int, ...],
                   obs_example: jax.ShapeDtypeStruct) -> nn.Module:
     """The trainer's network: `ActorCritic` from the config, or the module `config.network` builds.

@@ -814,9 +814,11 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
     # A run's own network ("module:function") is imported as its imports are (the current directory
     # on the path): `train_run` from Python does not record its module in `imports`.
     network = ppo.get("network") if isinstance(ppo, Mapping) else None
-    from fusedrl.networks import network_path_error
+    from fusedrl.networks import network_module, network_path_error
 
-    own = [network.split(":")[0]] if isinstance(network, str) and network_path_error(network) is None else []
+    own = []
+    if isinstance(network, str) and network_path_error(network) is None:
+        own = [network_module(network)]
     try:  # the modules that register the run's env, as `fusedrl train --import` recorded them
         import_modules(options.imports, source=f"{run_dir / CONFIG_FILE} imports")
         import_modules(own, source=f"{run_dir / CONFIG_FILE} network")
