@@ -34,6 +34,17 @@ def pytest_unconfigure(config):
         shutil.rmtree(os.environ.pop(_CACHE_DIR), ignore_errors=True)
 
 
+@pytest.fixture
+def x64():
+    """jax_enable_x64 on for one test; the process-wide flag is restored after it."""
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
 #: The smallest network module a user could write (docs/networks.md): `Net`, Dense logits and value,
 #: and its factory `net`. The custom-network tests add what each needs.
 TINY_NET = """

@@ -87,6 +87,29 @@ def test_restore_round_trip_in_process(runs):
             assert type(got) is type(want), (want, got)
 
 
+def test_env_params_with_a_seed_axis_restore_with_the_dtypes_they_trained_with(x64, tmp_path):
+    # Env params default to Python numbers, weakly typed in the trainer (float32 and int32 against
+    # the env state). Under x64 a vmapped run's are float64 and int64 arrays when saved; restored
+    # so, they made the env state float64, and evaluating (or resuming) the saved run failed
+    # ("CartPole.step_env returned state.x ... float64 ..., but reset_env ... float32").
+    import fusedrl
+    from fusedrl.train import TrainResult
+
+    config = PPOConfig(**{**SMALL, "normalize_obs": False, "normalize_reward": False})
+    train = make_train(config)
+    hp = train.default_hparams()
+    state = jax.jit(jax.vmap(train.init, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 2), hp)
+    seeded = jax.tree.map(lambda x: jax.numpy.broadcast_to(x, (2,)), hp)
+    assert seeded.env_params.gravity.dtype == np.float64  # as train_run's result holds them under x64
+    path = ckpt.save(tmp_path / "checkpoint", config, state, seeded, num_seeds=2)
+    _, state, hparams, _ = ckpt.restore(path, config)
+    dtypes = {name: str(x.dtype) for name, x in _leaves(hparams).items()}
+    assert dtypes["env_params.gravity"] == "float32" and dtypes["env_params.max_steps_in_episode"] == "int32"
+    assert not {d for d in dtypes.values() if d in ("float64", "int64")}, dtypes
+    returns = fusedrl.evaluate(config, TrainResult(state, {}, hparams), jax.random.key(1), num_episodes=2)
+    assert returns.shape == (2, 2) and returns.dtype == np.float32
+
+
 @pytest.mark.parametrize(
     "change, words",
     [

@@ -245,6 +245,33 @@ def test_default_evaluate_reproduces_the_summary(trained):
     assert got["update"] == got["num_updates"] == summary["num_updates"] and "not finished" not in out
 
 
+def test_a_saved_run_is_evaluated_by_the_program_that_evaluated_its_fresh_result(trained, monkeypatch):
+    # Evaluating a run again from its folder (`fusedrl evaluate`, `evaluate_run`) compiled the
+    # evaluation again (1.4 s to 2.5 s on this project's CPU): the restored result had no metrics,
+    # and its env params were arrays of the dtypes training used where the fresh result's were
+    # weakly typed, so the two did not share a signature.
+    from fusedrl import evaluation
+
+    config, run, *_ = trained
+    options = runs.load_run_config(run.path)[1]
+    real, traces = evaluation._evaluate_any, []
+
+    def counted(*args, **kwargs):
+        traces.append("traced")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "_evaluate_any", counted)
+    evaluation._evaluator.cache_clear()
+    try:
+        fresh = runs.evaluate_seeds(config, run.result, runs.eval_key(options), options.eval_episodes,
+                                    max_steps=runs.EVAL_MAX_STEPS)
+        again = runs.evaluate_run(run.path)
+    finally:
+        evaluation._evaluator.cache_clear()  # no program built on `counted` outlives this test
+    assert len(traces) == 1, "the restored result was evaluated by a program of its own"
+    np.testing.assert_array_equal(again["per_seed"], fresh.mean(axis=1))
+
+
 def test_evaluate_sampled_takes_the_policys_samples(trained):
     # `--sampled`: the returns fusedrl.evaluate(..., greedy=False) gives with the same key.
     import fusedrl

@@ -637,17 +637,6 @@ def test_values_at_the_edges_of_their_dtype_are_kept_exactly():
                              fields)
 
 
-@pytest.fixture
-def x64():
-    """jax_enable_x64 on for one test; the process-wide flag is restored after it."""
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", before)
-
-
 @pytest.mark.parametrize("streams", [1, 2])  # one vmap; two streams of `lax.map`
 def test_sweeps_in_float32_with_jax_enable_x64(x64, streams):
     # Under x64 the unswept env params (Python floats, weakly typed float32 in the trainer) were

@@ -67,6 +67,31 @@ def _replace_hyperparams(self: Hyperparams, **changes) -> Hyperparams:
 Hyperparams.replace = _replace_hyperparams  # after @struct.dataclass, which sets its own replace
 
 
+def number_dtype(x) -> np.dtype | None:
+    """The dtype the trainer computes with for a Python number or a weakly typed array: bool, int32
+    or float32, whatever jax_enable_x64. None for any other value (it keeps its own dtype).
+
+    Env params default to Python numbers (dataclass fields, `config.env_params`), which are weakly
+    typed under jit: they take the 32-bit type of the env state they meet. As arrays of these
+    dtypes they compute alike, and a result's hparams, fresh from training (weakly typed arrays) or
+    restored from a checkpoint, have one signature; float64 or int64 arrays (what numpy makes of a
+    Python number under x64) would make a float32 env state float64.
+    """
+    if isinstance(x, bool | np.bool_):
+        return np.dtype(np.bool_)
+    if not jax.typeof(x).weak_type:
+        return None
+    dtype = jax.typeof(x).dtype
+    if jnp.issubdtype(dtype, jnp.integer):
+        return np.dtype(np.int32)
+    return np.dtype(np.float32) if jnp.issubdtype(dtype, jnp.floating) else None
+
+
+def strong_hparams(hparams: Hyperparams) -> Hyperparams:
+    """`hparams` with its Python numbers and weakly typed arrays as arrays of `number_dtype`."""
+    return jax.tree.map(lambda x: x if (d := number_dtype(x)) is None else jnp.asarray(x, d), hparams)
+
+
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """Configuration of a PPO run. Field names follow PureJaxRL's (lower-case).

@@ -32,7 +32,7 @@ import numpy as np
 
 from fusedrl._json import dumps as strict_json
 from fusedrl.progress import hold_interrupt
-from fusedrl.train.config import PPOConfig
+from fusedrl.train.config import PPOConfig, number_dtype
 from fusedrl.train.ppo import RunnerState, make_train
 
 FORMAT = "fusedrl-checkpoint-1"
@@ -239,6 +239,8 @@ def restore(path: str | os.PathLike, config: PPOConfig | None = None):
             # Env params default to Python numbers (weakly typed under jit): keep them so, so the
             # resumed program is the same program.
             value = type(ref)(value.item())
+        elif isinstance(ref, bool | int | float):  # with a seed axis: the dtype training gave them
+            value = jnp.asarray(value, number_dtype(ref))
         else:
             value = jnp.asarray(value)
         # The hparams leaves are plain Python floats in the template (shape ()): a seed axis is fine.

@@ -10,7 +10,7 @@ import numpy as np
 
 from fusedrl._argtypes import is_int
 from fusedrl.envs.registry import on_register
-from fusedrl.train.config import PPOConfig
+from fusedrl.train.config import PPOConfig, strong_hparams
 from fusedrl.train.ppo import PPO, TrainResult, make_train
 
 
@@ -58,6 +58,10 @@ def evaluate(
                         f"got {type(result).__name__}; from a run folder, use fusedrl.load or "
                         f"fusedrl.runs.evaluate_run.")
     _check_env_params(config, result)
+    # The program reads the parameters, the env state (normaliser statistics) and the hparams, not
+    # the metrics; and the env params are weakly typed arrays in a result fresh from training, not
+    # in one restored from its run folder. As given here, one compiled program serves both.
+    result = result.replace(metrics={}, hparams=strong_hparams(result.hparams))
     return _evaluator(config, num_episodes, greedy, max_steps)(result, key)
 
 

@@ -80,7 +80,7 @@ from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, check_env_param, on_register
 from fusedrl.plotting import seed_statistics
 from fusedrl.progress import hold_interrupt
-from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
+from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig, number_dtype
 from fusedrl.train.ppo import TrainResult, check_callback, episode_values, make_train, typed_key
 
 MODES = ("grid", "zip", "random")
@@ -904,16 +904,7 @@ def _base_hparams(config: PPOConfig) -> Hyperparams:
     and int64 (`np.asarray(9.8)`), which under x64 would make the env state float64 and the
     training loop's carry change type. Arrays keep their dtype, as in the trainer."""
 
-    def leaf(x):
-        if isinstance(x, bool):
-            return np.asarray(x, np.bool_)
-        if isinstance(x, int):
-            return np.asarray(x, np.int32)
-        if isinstance(x, float):
-            return np.asarray(x, np.float32)
-        return np.asarray(x)
-
-    return jax.tree.map(leaf, make_train(config).default_hparams())
+    return jax.tree.map(lambda x: np.asarray(x, number_dtype(x)), make_train(config).default_hparams())
 
 
 def _static_part(config: PPOConfig) -> PPOConfig:
