@@ -10,7 +10,7 @@ import numpy as np
 
 from fusedrl._argtypes import is_int
 from fusedrl.envs.registry import on_register
-from fusedrl.train.config import PPOConfig, strong_hparams
+from fusedrl.train.config import PPOConfig
 from fusedrl.train.ppo import PPO, TrainResult, make_train
 
 
@@ -59,10 +59,9 @@ def evaluate(
                         f"fusedrl.runs.evaluate_run.")
     _check_env_params(config, result)
     # The program reads the parameters, the env state (normaliser statistics) and the hparams, not
-    # the metrics; and the env params are weakly typed arrays in a result fresh from training, not
-    # in one restored from its run folder. As given here, one compiled program serves both.
-    result = result.replace(metrics={}, hparams=strong_hparams(result.hparams))
-    return _evaluator(config, num_episodes, greedy, max_steps)(result, key)
+    # the metrics: without them, one compiled program serves a result fresh from training and the
+    # same result restored from its run folder (no metrics), or trained for another number of updates.
+    return _evaluator(config, num_episodes, greedy, max_steps)(result.replace(metrics={}), key)
 
 
 def _check_env_params(config: PPOConfig, result: TrainResult) -> None:

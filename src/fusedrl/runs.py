@@ -63,7 +63,7 @@ from fusedrl.sweep import (
     run_shares,
     update_pieces,
 )
-from fusedrl.train.config import PPOConfig
+from fusedrl.train.config import PPOConfig, strong_hparams
 from fusedrl.train.ppo import TrainResult, has_episode
 
 CONFIG_FILE = "config.json"
@@ -269,7 +269,7 @@ def _program(config: PPOConfig, num_seeds: int, callback_every: int):
 
     def train_seeds(keys, hparams, first_seed):
         one = functools.partial(train, first_seed=first_seed)
-        return jax.vmap(one, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams)
+        return _strong(jax.vmap(one, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams))
 
     return train, jax.jit(train_seeds)
 
@@ -288,9 +288,16 @@ def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int):
         def one(state):
             return train.run_seeds(state, hparams, num_updates, first_update, first_seed)
 
-        return jax.vmap(one, axis_name=SEED_AXIS)(states)
+        return _strong(jax.vmap(one, axis_name=SEED_AXIS)(states))
 
     return train, jax.jit(init), jax.jit(advance, static_argnums=4)
+
+
+def _strong(result: TrainResult) -> TrainResult:
+    """`result` with the hparams a checkpoint restores (`strong_hparams`): the env params' Python
+    numbers come out of training as weakly typed arrays, which `evaluate` would compile a second
+    program for when the run is evaluated again from its folder."""
+    return result.replace(hparams=strong_hparams(result.hparams))
 
 
 def checkpoint_segments(num_updates: int, checkpoint_every: int, start: int = 0) -> list[tuple[int, int]]:
