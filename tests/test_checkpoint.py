@@ -90,7 +90,7 @@ def test_restore_round_trip_in_process(runs):
 def test_env_params_with_a_seed_axis_restore_with_the_dtypes_they_trained_with(x64, tmp_path):
     # Env params default to Python numbers, weakly typed in the trainer (float32 and int32 against
     # the env state). Under x64 a vmapped run's are float64 and int64 arrays when saved; restored
-    # so, they made the env state float64, and evaluating (or resuming) the saved run failed
+    # so, they made the env state float64, and evaluating the saved run failed
     # ("CartPole.step_env returned state.x ... float64 ..., but reset_env ... float32").
     import fusedrl
     from fusedrl.train import TrainResult
