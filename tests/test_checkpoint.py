@@ -89,7 +89,8 @@ def test_restore_round_trip_in_process(runs):
 
 def test_env_params_with_a_seed_axis_restore_with_the_dtypes_they_trained_with(x64, tmp_path):
     # Env params default to Python numbers, weakly typed in the trainer (float32 and int32 against
-    # the env state). Under x64 a vmapped run's are float64 and int64 arrays when saved; restored
+    # the env state). Under x64 they come out of `jax.vmap(train)` as float64 and int64 arrays (and
+    # came out of train_run so, before its programs converted them), and are saved so; restored
     # so, they made the env state float64, and evaluating the saved run failed
     # ("CartPole.step_env returned state.x ... float64 ..., but reset_env ... float32").
     import fusedrl
@@ -100,7 +101,7 @@ def test_env_params_with_a_seed_axis_restore_with_the_dtypes_they_trained_with(x
     hp = train.default_hparams()
     state = jax.jit(jax.vmap(train.init, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 2), hp)
     seeded = jax.tree.map(lambda x: jax.numpy.broadcast_to(x, (2,)), hp)
-    assert seeded.env_params.gravity.dtype == np.float64  # as train_run's result holds them under x64
+    assert seeded.env_params.gravity.dtype == np.float64  # as a vmapped result holds them under x64
     path = ckpt.save(tmp_path / "checkpoint", config, state, seeded, num_seeds=2)
     _, state, hparams, _ = ckpt.restore(path, config)
     dtypes = {name: str(x.dtype) for name, x in _leaves(hparams).items()}
