@@ -73,8 +73,8 @@ def number_dtype(x) -> np.dtype | None:
 
     Env params default to Python numbers (dataclass fields, `config.env_params`), which are weakly
     typed under jit: they take the 32-bit type of the env state they meet. As arrays of these
-    dtypes they compute alike, and a result's hparams, fresh from training (weakly typed arrays) or
-    restored from a checkpoint, have one signature; float64 or int64 arrays (what numpy makes of a
+    dtypes they compute alike, and a run's hparams fresh from `train_run` (which converts them) and
+    restored from its checkpoint have one signature; float64 or int64 arrays (what numpy makes of a
     Python number under x64) would make a float32 env state float64.
     """
     if isinstance(x, bool | np.bool_):
