@@ -282,9 +282,7 @@ def test_evaluate_sampled_takes_the_policys_samples(trained):
     _, state, hparams, _ = ckpt.restore(run_dir / "checkpoint", config)
     result = fusedrl.TrainResult(state=state, metrics={}, hparams=hparams)
     key = jax.random.key(options.seed + 1)
-    # With the CLI's bound on episodes (CartPole's end by 500 steps anyway): its programs, reused.
-    want = {greedy: np.asarray(fusedrl.evaluate(config, result, key, 8, greedy=greedy,
-                                                max_steps=runs.EVAL_MAX_STEPS)).mean(axis=1)
+    want = {greedy: np.asarray(fusedrl.evaluate(config, result, key, 8, greedy=greedy)).mean(axis=1)
             for greedy in (True, False)}
     assert not np.allclose(want[True], want[False])  # the two tell apart on this briefly trained agent
     code, out, err = run_cli("evaluate", run_dir, "--episodes", 8, "--sampled")

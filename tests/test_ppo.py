@@ -451,7 +451,8 @@ def test_unrolled_rollout_trains_the_same_agent(small, monkeypatch):
 
 
 def test_eager_evaluate_compiles_one_program_once(small, caplog):
-    """Called outside jit, `evaluate` runs one cached jitted program, not one per operation."""
+    """Called outside jit, `evaluate` runs one cached jitted program, not one per operation, and
+    the same program whether greedy or sampled, bounded or not."""
     config, _, _, result = small
     key = jax.random.key(2)
 
@@ -462,8 +463,12 @@ def test_eager_evaluate_compiles_one_program_once(small, caplog):
         a = fusedrl.evaluate(config, result, key, num_episodes=7)  # 7: no other test's program
         first = compiles()
         b = fusedrl.evaluate(config, result, key, num_episodes=7)
+        sampled = fusedrl.evaluate(config, result, key, num_episodes=7, greedy=False)
+        bounded = fusedrl.evaluate(config, result, key, num_episodes=7, max_steps=3)
     assert (first, compiles()) == (1, 1)
     np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, sampled)  # the program did take the other branch
+    assert np.all(np.isnan(bounded))  # no CartPole episode of this briefly trained agent ends in 3 steps
 
 
 # ----------------------------------------------------------------------------- env varieties

@@ -49,8 +49,10 @@ def evaluate(
     axes (a `SweepResult.result`, leaves [seed, *axis sizes, ...]) give returns
     [*leading axes, num_episodes]: the runs flattened in C order, as one seed axis, and reshaped.
 
-    The whole evaluation is one jitted program, compiled once per (config, num_episodes, greedy,
-    max_steps) and result shape, so an eager call costs one compile rather than one per operation.
+    The whole evaluation is one jitted program, compiled once per (config, num_episodes) and result
+    shape, so an eager call costs one compile rather than one per operation. `greedy` and
+    `max_steps` are inputs of that program, not part of it: greedy and sampled evaluations, bounded
+    or not, share it.
     """
     num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
     if not isinstance(result, TrainResult):
@@ -61,7 +63,8 @@ def evaluate(
     # The program reads the parameters, the env state (normaliser statistics) and the hparams, not
     # the metrics: without them, one compiled program serves a result fresh from training and the
     # same result restored from its run folder (no metrics), or trained for another number of updates.
-    return _evaluator(config, num_episodes, greedy, max_steps)(result.replace(metrics={}), key)
+    return _evaluator(config, num_episodes)(result.replace(metrics={}), key, greedy,
+                                            -1 if max_steps is None else max_steps)
 
 
 def _check_env_params(config: PPOConfig, result: TrainResult) -> None:
@@ -102,17 +105,23 @@ def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int
 
 
 @functools.lru_cache(maxsize=16)
-def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool, max_steps: int | None = None):
+def _evaluator(config: PPOConfig, num_episodes: int):
+    """`evaluate`'s program: (result, key, greedy, max_steps) -> returns. `greedy` (a bool) and
+    `max_steps` (an int; < 0: no bound) are traced: one program serves every value of them."""
     trainer = make_train(config)
-    return jax.jit(functools.partial(_evaluate_any, trainer, num_episodes=num_episodes, greedy=greedy,
-                                     max_steps=max_steps))
+
+    def run(result, key, greedy, max_steps):
+        return _evaluate_any(trainer, result, key, num_episodes, jnp.asarray(greedy, bool),
+                             jnp.asarray(max_steps, jnp.int32))
+
+    return jax.jit(run)
 
 
 on_register(lambda env_id: _evaluator.cache_clear())  # a replaced env: rebuild the evaluator
 
 
-def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool,
-                  max_steps: int | None = None):
+def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy,
+                  max_steps=None):
     """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
     seed_axes = _check_fits(trainer.config, result, single_state)  # 1: vmapped, one agent per seed
@@ -170,8 +179,7 @@ def _layers(params) -> list[str]:
     return sorted(params["params"]) if "params" in params else sorted(params)
 
 
-def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy: bool,
-              max_steps: int | None = None):
+def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy, max_steps=None):
     venv, obs, env_state, key = eval_reset(trainer, result, key, num_episodes)
     return episode_returns(trainer, result, venv, obs, env_state, key, greedy, max_steps)
 
@@ -190,11 +198,15 @@ def eval_reset(trainer: PPO, result: TrainResult, key, num_episodes: int):
     return venv, obs, env_state, key
 
 
-def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key, greedy: bool,
-                    max_steps: int | None = None):
+def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key, greedy,
+                    max_steps=None):
     """Each env's first-episode return [venv.num_envs] of `result`'s policy, from the reset
     (`obs`, `env_state`) of `eval_reset`: the loop `evaluate` runs. With `max_steps`, at most that
-    many steps; episodes that have not ended by then report NaN."""
+    many steps; episodes that have not ended by then report NaN.
+
+    `greedy` (the policy's mode, else samples) and `max_steps` may be Python values, fixed in the
+    program, or traced scalars: a traced `greedy` picks the action in a `lax.cond` (only the chosen
+    branch runs), a traced `max_steps` < 0 means no bound."""
     hparams, params, num_episodes = result.hparams, result.params, venv.num_envs
     zeros = jnp.zeros(num_episodes, jnp.float32)
     finished = jnp.zeros(num_episodes, bool)
@@ -204,13 +216,26 @@ def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key
 
     def cond(carry):
         going = ~jnp.all(carry[4]) & finite
-        return going if max_steps is None else going & (carry[5] < max_steps)
+        if max_steps is None:
+            return going
+        if isinstance(max_steps, int):
+            return going & (carry[5] < max_steps)
+        return going & ((max_steps < 0) | (carry[5] < max_steps))
+
+    def act(pi, k_act):
+        if isinstance(greedy, bool):
+            return pi.mode() if greedy else pi.sample(k_act)
+        # Both branches must give one dtype: a bfloat16 network's Gaussian mean (its mode) is
+        # bfloat16, its samples float32 (float32 noise).
+        mode, sample = pi.mode, lambda: pi.sample(k_act)
+        dtype = jnp.promote_types(jax.eval_shape(mode).dtype, jax.eval_shape(sample).dtype)
+        return jax.lax.cond(greedy, lambda: mode().astype(dtype), lambda: sample().astype(dtype))
 
     def body(carry):
         env_state, obs, key, returns, finished, t = carry
         key, k_act = jax.random.split(key)
         pi, _ = trainer.network.apply(params, obs)
-        action = pi.mode() if greedy else pi.sample(k_act)
+        action = act(pi, k_act)
         obs, env_state, _, _, _, info = venv.step(env_state, action, hparams.env_params)
         first = info["episode_done"] & ~finished
         returns = jnp.where(first, info["episode_return"], returns)
