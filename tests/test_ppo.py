@@ -283,11 +283,14 @@ def one_update():
 def test_traced_hyperparameters_act_like_the_config_fields(one_update, field, value):
     # Every use of a traced field must read the traced value: training with `hparams.<field> = v`
     # is training with a config whose <field> is v, and differs from training with the default
-    # (so the field is used at all).
+    # (so the field is used at all). The config's trainer is run on its own default hparams, as
+    # `train(key)` runs it: a use of `config.<field>` would show as a difference (and another
+    # program); without one, it is `run`'s program again, which the compile cache serves.
     base, train, run, default = one_update
     key = jax.random.key(0)
     traced = run(key, train.default_hparams().replace(**{field: jnp.float32(value)})).params
-    static = jax.jit(make_train(base.replace(**{field: value})))(key).params
+    other = make_train(base.replace(**{field: value}))
+    static = jax.jit(other)(key, other.default_hparams()).params
     chex.assert_trees_all_close(traced, static, rtol=1e-5, atol=1e-7)
     moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in
                 zip(jax.tree.leaves(traced), jax.tree.leaves(default), strict=True))
