@@ -436,7 +436,7 @@ def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_fro
         ANGLE_BINS,
         compare_preset,
         controller_returns,
-        hybrid_returns,
+        hybrid_program,
         policy_and_starts,
         solve,
     )
@@ -472,13 +472,14 @@ def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_fro
     dp = np.asarray(dp).reshape(2, 24)
     # Hybrids: with the controller acting nowhere they earn the policy's returns, everywhere the
     # controller's; split at an angle, each takes some of the steps (of different trajectories).
-    never, none_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 4.0, controller_far=True)
-    always, all_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 4.0, controller_far=False)
+    hybrid = hybrid_program(solved, trainer, 24)  # one program for every threshold and side
+    never, none_taken = hybrid(result, k_eval, 4.0, controller_far=True)
+    always, all_taken = hybrid(result, k_eval, 4.0, controller_far=False)
     np.testing.assert_allclose(never, policy, rtol=1e-5)
     np.testing.assert_allclose(always, dp, rtol=1e-4)
     assert np.all(np.asarray(none_taken) == 0) and np.all(np.asarray(all_taken) == 1)
-    far, far_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 2.0, controller_far=True)
-    near, near_taken = hybrid_returns(solved, trainer, result, k_eval, 24, 2.0, controller_far=False)
+    far, far_taken = hybrid(result, k_eval, 2.0, controller_far=True)
+    near, near_taken = hybrid(result, k_eval, 2.0, controller_far=False)
     assert 0 < float(np.mean(far_taken)) < 1 and 0 < float(np.mean(near_taken)) < 1
     # The policy here cannot swing up: the controller acting near the top (where it holds the
     # pendulum once up) gains more than acting only below the sides.

@@ -222,14 +222,16 @@ def _per_seed(one_seed, result, k_eval):
     return jax.jit(jax.vmap(one_seed))(result, jax.random.split(k_eval, seeds))
 
 
-def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: float, controller_far: bool):
-    """Each seed's greedy policy of a vmapped `result` with the DP controller taking over at some
-    steps: where the pendulum is more than `threshold` rad from upright (`controller_far`), or at
-    most that far (not `controller_far`). It runs the `episodes` episodes per seed that
-    `policy_and_starts` runs, through the same evaluation env stack, so with the controller never
-    acting it earns the policy's returns, and with it always acting the controller's.
+def hybrid_program(solved, trainer, episodes: int):
+    """`run(result, k_eval, threshold, controller_far)`: each seed's greedy policy of a vmapped
+    `result` with the DP controller taking over at some steps: where the pendulum is more than
+    `threshold` rad from upright (`controller_far`), or at most that far (not `controller_far`).
+    It runs the `episodes` episodes per seed that `policy_and_starts` runs, through the same
+    evaluation env stack, so with the controller never acting it earns the policy's returns, and
+    with it always acting the controller's.
 
-    Returns (returns [seeds, episodes], share of the steps the controller took [seeds, episodes]).
+    `run` returns (returns [seeds, episodes], share of the steps the controller took [seeds,
+    episodes]). `threshold` and `controller_far` are inputs of its one compiled program.
     """
     from fusedrl.envs import VecEnv
     from fusedrl.envs.pendulum import _angle_normalize
@@ -239,7 +241,7 @@ def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: fl
     horizon = solved.params.max_steps_in_episode
     choose = jax.vmap(_lookahead(solved), in_axes=(0, None))
 
-    def one_seed(result, key):
+    def one_seed(result, key, threshold, controller_far):
         # Pendulum's episodes all last `horizon` steps, so every env is in its first episode
         # throughout, at step k of the loop.
         venv, obs, env_state, _ = eval_reset(trainer, result, key, episodes)
@@ -249,7 +251,7 @@ def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: fl
             state = find_wrapper_state(venv, env_state, VecEnv).env_state
             pi, _ = trainer.network.apply(result.params, obs)
             far = jnp.abs(_angle_normalize(state.theta)) > threshold
-            take = far if controller_far else ~far
+            take = jnp.where(controller_far, far, ~far)
             action = jnp.where(take[:, None], solved.torques[choose(state, k)[0]][:, None], pi.mode())
             obs, env_state, reward, _, _, _ = venv.step(env_state, action, result.hparams.env_params)
             return (env_state, obs, returns + reward, taken + take), None
@@ -259,7 +261,14 @@ def hybrid_returns(solved, trainer, result, k_eval, episodes: int, threshold: fl
         (_, _, returns, taken), _ = jax.lax.scan(step, carry, jnp.arange(horizon))
         return returns, taken / horizon
 
-    return _per_seed(one_seed, result, k_eval)
+    program = jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)))
+
+    def run(result, k_eval, threshold: float, controller_far: bool):
+        seeds = jax.tree.leaves(result.params)[0].shape[0]  # the keys of `_per_seed`
+        return program(result, jax.random.split(k_eval, seeds), jnp.float32(threshold),
+                       jnp.bool_(controller_far))
+
+    return run
 
 
 # Bins of the start angle's distance from upright, |theta| in radians (the reset draws theta
@@ -288,7 +297,7 @@ def compare_preset(
 
     Returns a dict of per-seed means and, per start-angle bin, the policy's and the controller's
     mean returns, the mean gap (controller minus policy) and the share of starts with a gap above
-    EXTRA_SWING. For each threshold A in `hybrids`, two more rows (`hybrid_returns`): the
+    EXTRA_SWING. For each threshold A in `hybrids`, two more rows (`hybrid_program`): the
     controller acting where |angle| > A, then where |angle| <= A, the policy elsewhere.
     """
     from fusedrl.bench.presets import train_preset
@@ -312,10 +321,10 @@ def compare_preset(
         row = {"angle": [lo, round(hi, 2)], "share": float(m.mean())}
         row.update({name: means[i] for name, means in columns.items()})  # None: no start in the bin
         bins.append(row)
-    rows = []
+    rows, hybrid = [], hybrid_program(solved, trainer, episodes)
     for threshold in hybrids:
         for far in (True, False):
-            returns, taken = hybrid_returns(solved, trainer, result, k_eval, episodes, threshold, far)
+            returns, taken = hybrid(result, k_eval, threshold, far)
             returns = np.asarray(returns, np.float64)
             rows.append({"threshold": float(threshold), "controller_where": "far" if far else "near",
                          "controller_steps": float(np.mean(taken)), "mean": float(returns.mean()),
