@@ -610,20 +610,18 @@ def test_data_parallel_shards_share_normalizer_statistics():
     config = PPOConfig(env_id="Pendulum-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
                        num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,
                        normalize_reward=True)
-    train = make_train(config.replace(num_envs=2, total_timesteps=2 * 8 * 3), axis_name=DATA_AXIS)
-    per_shard = jax.vmap(train, in_axes=None, axis_size=2, axis_name=DATA_AXIS)
-    shards = jax.jit(per_shard)(jax.random.key(0), train.default_hparams())
-    venv = train.make_env(train.default_hparams())
-    assert not np.array_equal(shards.state.obs[0], shards.state.obs[1])  # the shards' own envs
+    dp_train = data_parallel_train(config, jax.devices()[:1], num_shards=2)
+    agent = dp_train(jax.random.key(0))  # its env state: [shard, ...], each shard's 2 envs'
+    one_shard = make_train(config.replace(num_envs=2, total_timesteps=2 * 8 * 3), axis_name=DATA_AXIS)
+    venv = one_shard.make_env(one_shard.default_hparams())  # the wrapper stack, to find the stats
+    assert not np.array_equal(agent.state.obs[0], agent.state.obs[1])  # the shards' own envs
     # Samples seen: all 4 envs' (2 per shard) resets and 24 steps' observations, 24 steps' returns.
     pairs = ((NormalizeObservation, "obs_stats", 4 * 25), (NormalizeReward, "return_stats", 4 * 24))
     for cls, field, seen in pairs:
-        stats = getattr(find_wrapper_state(venv, shards.state.env_state, cls), field)
+        stats = getattr(find_wrapper_state(venv, agent.state.env_state, cls), field)
         for x in jax.tree.leaves(stats):
             np.testing.assert_array_equal(x[0], x[1], err_msg=cls.__name__)
         np.testing.assert_allclose(stats.count, seen, rtol=1e-5, err_msg=cls.__name__)
-    dp_train = data_parallel_train(config, jax.devices()[:1], num_shards=2)
-    agent = dp_train(jax.random.key(0))
     returns = fusedrl.evaluate(config, agent, jax.random.key(1), num_episodes=2)
     assert returns.shape == (2,) and np.all(np.isfinite(returns))
     agents = jax.vmap(dp_train)(jax.random.split(jax.random.key(0), 2))  # 2 seeds of such agents
