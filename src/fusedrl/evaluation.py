@@ -63,8 +63,10 @@ def evaluate(
     # The program reads the parameters, the env state (normaliser statistics) and the hparams, not
     # the metrics: without them, one compiled program serves a result fresh from training and the
     # same result restored from its run folder (no metrics), or trained for another number of updates.
-    return _evaluator(config, num_episodes, greedy)(result.replace(metrics={}), key,
-                                                    -1 if max_steps is None else max_steps)
+    # The bound is put on the device explicitly: a Python int would be an implicit transfer, which
+    # `jax.transfer_guard("disallow")` refuses.
+    bound = jax.device_put(np.int32(-1 if max_steps is None else max_steps))
+    return _evaluator(config, num_episodes, greedy)(result.replace(metrics={}), key, bound)
 
 
 def _check_env_params(config: PPOConfig, result: TrainResult) -> None:
@@ -106,13 +108,13 @@ def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int
 
 @functools.lru_cache(maxsize=16)
 def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
-    """`evaluate`'s program: (result, key, max_steps) -> returns. `max_steps` (an int; < 0: no
+    """`evaluate`'s program: (result, key, max_steps) -> returns. `max_steps` (an int32; < 0: no
     bound) is traced: one program serves every bound. `greedy` stays a constant: a program that can
     do both compiles the sampling too, 0.2-0.3 s more on this project's CPU for every greedy one."""
     trainer = make_train(config)
 
     def run(result, key, max_steps):
-        return _evaluate_any(trainer, result, key, num_episodes, greedy, jnp.asarray(max_steps, jnp.int32))
+        return _evaluate_any(trainer, result, key, num_episodes, greedy, max_steps)
 
     return jax.jit(run)
 
