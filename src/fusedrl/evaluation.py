@@ -204,8 +204,8 @@ def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key
                     max_steps=None):
     """Each env's first-episode return [venv.num_envs] of `result`'s policy, from the reset
     (`obs`, `env_state`) of `eval_reset`: the loop `evaluate` runs. With `max_steps`, at most that
-    many steps; episodes that have not ended by then report NaN. `max_steps` may be an int, fixed
-    in the program, or a traced int32 scalar, for which < 0 means no bound."""
+    many steps; episodes that have not ended by then report NaN. `max_steps` may be an int or a
+    traced int32 scalar (`evaluate`'s, for which < 0 means no bound)."""
     hparams, params, num_episodes = result.hparams, result.params, venv.num_envs
     zeros = jnp.zeros(num_episodes, jnp.float32)
     finished = jnp.zeros(num_episodes, bool)
@@ -215,11 +215,7 @@ def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key
 
     def cond(carry):
         going = ~jnp.all(carry[4]) & finite
-        if max_steps is None:
-            return going
-        if isinstance(max_steps, int):
-            return going & (carry[5] < max_steps)
-        return going & ((max_steps < 0) | (carry[5] < max_steps))
+        return going if max_steps is None else going & ((max_steps < 0) | (carry[5] < max_steps))
 
     def body(carry):
         env_state, obs, key, returns, finished, t = carry

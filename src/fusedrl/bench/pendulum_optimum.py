@@ -216,10 +216,14 @@ def policy_and_starts(trainer, result, k_eval, episodes: int):
 
 
 def _per_seed(one_seed, result, k_eval):
-    """`one_seed(result_i, key_i)` over the seeds of a vmapped `result`, with the keys
-    `fusedrl.evaluate` gives them: seed i gets split(k_eval, seeds)[i]."""
-    seeds = jax.tree.leaves(result.params)[0].shape[0]
-    return jax.jit(jax.vmap(one_seed))(result, jax.random.split(k_eval, seeds))
+    """`one_seed(result_i, key_i)` over the seeds of a vmapped `result`, with `_seed_keys`."""
+    return jax.jit(jax.vmap(one_seed))(result, _seed_keys(result, k_eval))
+
+
+def _seed_keys(result, k_eval):
+    """The keys `fusedrl.evaluate` gives the seeds of a vmapped `result`: seed i gets
+    split(k_eval, seeds)[i]."""
+    return jax.random.split(k_eval, jax.tree.leaves(result.params)[0].shape[0])
 
 
 def hybrid_program(solved, trainer, episodes: int):
@@ -264,9 +268,7 @@ def hybrid_program(solved, trainer, episodes: int):
     program = jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None, None)))
 
     def run(result, k_eval, threshold: float, controller_far: bool):
-        seeds = jax.tree.leaves(result.params)[0].shape[0]  # the keys of `_per_seed`
-        return program(result, jax.random.split(k_eval, seeds), jnp.float32(threshold),
-                       jnp.bool_(controller_far))
+        return program(result, _seed_keys(result, k_eval), jnp.float32(threshold), jnp.bool_(controller_far))
 
     return run
 
