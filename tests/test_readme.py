@@ -4,6 +4,7 @@ them), with the training budget shrunk so that the test stays short."""
 import pathlib
 import re
 
+import jax
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,5 +35,11 @@ def test_readme_python_examples_run_in_order():
     assert ns["acrobot"].env_id == "Acrobot-v1"
     for block in blocks[1:]:
         exec(compile(block, "README.md, a later example", "exec"), ns)
-    lrs = ns["results"].metrics["learning_rate"][:, 0]  # the last example: three learning rates
+    lrs = ns["results"].metrics["learning_rate"][:, 0]  # three learning rates
     np.testing.assert_allclose(lrs, [1e-4, 3e-4, 1e-3], rtol=1e-6)
+    # Evaluation during training: four pieces, a greedy mean after each, ending where one call ends,
+    # with the agent of the first example's `train(key)` call, bit for bit.
+    assert len(ns["curve"]) == 4 and all(np.isfinite(ns["curve"]))
+    assert int(ns["state"].update) == num_updates == 4 * (num_updates // 4)
+    for got, want in zip(jax.tree.leaves(ns["state"].params), jax.tree.leaves(ns["result"].params), strict=True):
+        np.testing.assert_array_equal(got, want)
