@@ -41,5 +41,6 @@ def test_readme_python_examples_run_in_order():
     # with the agent of the first example's `train(key)` call, bit for bit.
     assert len(ns["curve"]) == 4 and all(np.isfinite(ns["curve"]))
     assert int(ns["state"].update) == num_updates == 4 * (num_updates // 4)
-    for got, want in zip(jax.tree.leaves(ns["state"].params), jax.tree.leaves(ns["result"].params), strict=True):
+    pieces, whole = jax.tree.leaves(ns["state"].params), jax.tree.leaves(ns["result"].params)
+    for got, want in zip(pieces, whole, strict=True):
         np.testing.assert_array_equal(got, want)
