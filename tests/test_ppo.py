@@ -773,6 +773,33 @@ def test_rollout_stores_the_log_prob_and_value_of_the_sampled_action():
     np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6)
 
 
+def test_values_leave_the_rollout_loop_only_for_the_built_in_network_and_narrow_rollouts(net_module):
+    # The built-in ActorCritic's critic has a torso of its own: a rollout of at most 256 envs computes
+    # V(obs) in one batched call after its step loop, where actions need only the actor. A user's
+    # network may share its torso with the actor (it would run twice), so its values come from the
+    # loop, as do those of wider rollouts. Either way the rollout stores V of the observation acted
+    # on, not of the one after it.
+    net_module("loop_value_nets")
+    for network, num_envs, after in ((None, 4, True), (None, 257, False), ("loop_value_nets:net", 4, False)):
+        config = PPOConfig(**{**SMALL, "num_envs": num_envs, "num_steps": 8, "total_timesteps": num_envs * 8,
+                              "num_minibatches": 1, "network": network})
+        train = make_train(config)
+        assert train.values_after_loop(num_envs) is after, (network, num_envs)
+        assert train.values_after_loop(256) is (network is None)
+        hp = train.default_hparams()
+
+        @jax.jit
+        def roll(key, train=train, hp=hp):
+            state = train.init(key, hp)
+            _, traj = train.rollout(state, hp, train.make_env(hp), key)
+            flat = traj.obs.reshape(-1, traj.obs.shape[-1])
+            return traj, train.network.apply(state.params, flat)[1].reshape(traj.value.shape)
+
+        traj, value = roll(jax.random.key(0))
+        assert traj.value.shape == (8, num_envs)
+        np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6, err_msg=f"{network}, {num_envs}")
+
+
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
 def test_other_action_and_observation_spaces_train(env_id):
     c, r = _tiny_run(env_id)
