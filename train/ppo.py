@@ -290,7 +290,7 @@ class PPO:
         Choosing actions needs only the actor: when the critic has a torso of its own (the built-in
         ActorCritic), XLA then drops it from the loop. Paired in-process A/Bs on a 2-core CPU (CartPole,
         2x64 MLPs, 4 epochs; docs/speed.md): +7% at 4 envs (1 and 8 vmapped agents), +2% at 16,
-        +10% at 64, +8% at 256; 0.99x-1.01x at 512 and 1024 envs, 0.97x-1.00x at 2048, so wider
+        +10% at 64, +8% at 256; 0.99x-1.01x at 512 and 1024 envs, 0.92x-1.00x at 2048, so wider
         rollouts keep the critic in the loop. A user's network may share its torso with the actor,
         which the call after the loop would run a second time: its values always come from the loop.
         """
