@@ -194,8 +194,6 @@ class PPO:
         self.network = build_network(config, action_dim=action_dim, discrete=self.discrete,
                                      obs_shape=obs_shape,
                                      obs_example=jax.ShapeDtypeStruct(flat, jnp.float32))
-        # The built-in ActorCritic gives the critic a torso of its own (see `values_after_loop`).
-        self.separate_critic = isinstance(self.network, ActorCritic)
 
     # ----------------------------------------------------------------------------------- pieces
     def default_hparams(self) -> Hyperparams:
@@ -294,7 +292,14 @@ class PPO:
         rollouts keep the critic in the loop. A user's network may share its torso with the actor,
         which the call after the loop would run a second time: its values always come from the loop.
         """
-        return self.separate_critic and num_envs <= VALUES_AFTER_LOOP_MAX_ENVS
+        return isinstance(self.network, ActorCritic) and num_envs <= VALUES_AFTER_LOOP_MAX_ENVS
+
+    def values(self, params, obs: jax.Array) -> jax.Array:
+        """V of [T, N, obs_dim] observations, [T, N], in one call over them flattened to [T * N, obs_dim]:
+        the network takes a batch (docs/networks.md), and a user's may read its size from obs.shape[0]."""
+        num_steps, num_envs = obs.shape[:2]
+        flat_obs = obs.reshape((num_steps * num_envs,) + obs.shape[2:])
+        return self.network.apply(params, flat_obs)[1].reshape(num_steps, num_envs)
 
     def rollout(self, state: RunnerState, hparams: Hyperparams, venv, key):
         """Steps the envs `num_steps` times with the current policy; returns (state, [T, N] batch)."""
@@ -348,21 +353,13 @@ class PPO:
             step, (state.env_state, state.obs), (noise, draws), unroll=unroll
         )
         if values_after_loop:
-            # Flattened to [T * N, obs_dim]: the network takes a batch (as in `advantages`).
-            num_steps, num_envs = traj.obs.shape[:2]
-            flat_obs = traj.obs.reshape((num_steps * num_envs,) + traj.obs.shape[2:])
-            value = self.network.apply(state.params, flat_obs)[1].reshape(num_steps, num_envs)
-            traj = traj._replace(value=value)
+            traj = traj._replace(value=self.values(state.params, traj.obs))
         return state.replace(env_state=env_state, obs=obs), traj
 
     # ---------------------------------------------------------------------------------- update
     def advantages(self, params, traj: Transition, hparams: Hyperparams):
         """GAE over the [T, N] rollout; returns (advantages, targets), each [T, N]."""
-        # The network takes a batch [B, obs_dim] (docs/networks.md): a user's network may read the
-        # batch size from obs.shape[0], so the [T, N] rollout is flattened, not passed as it is.
-        num_steps, num_envs = traj.next_obs.shape[:2]
-        flat_obs = traj.next_obs.reshape((num_steps * num_envs,) + traj.next_obs.shape[2:])
-        v_next = self.network.apply(params, flat_obs)[1].reshape(num_steps, num_envs)
+        v_next = self.values(params, traj.next_obs)
         adv = jax.vmap(gae, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1)(
             traj.reward, traj.value, v_next, traj.terminated, traj.done,
             hparams.gamma, hparams.gae_lambda,

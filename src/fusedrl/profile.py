@@ -132,8 +132,7 @@ def _policy_scan(trainer, num_steps: int, values_after_loop: bool = False):
         last, out = jax.lax.scan(step, obs, jax.random.split(key, num_steps))
         if values_after_loop:
             action, log_prob, seen = out
-            value = trainer.network.apply(params, seen.reshape((-1,) + seen.shape[2:]))[1]
-            return last, (action, log_prob, value)
+            return last, (action, log_prob, trainer.values(params, seen))
         return last, out
 
     return jax.jit(fn)
