@@ -727,7 +727,7 @@ def _run_forced_devices(script: str, timeout: int = 1200) -> dict:
     # limit is raised to the subprocess's: a slow rendezvous passes, a hung one still fails.
     flags = ("--xla_force_host_platform_device_count=4"
              f" --xla_cpu_collective_call_terminate_timeout_seconds={timeout}")
-    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flags}", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -910,7 +910,8 @@ def test_two_processes_on_localhost(swept, tmp_path):
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = str(s.getsockname()[1])
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     script = MULTI_HOST.format(small=repr(SMALL), lrs=repr(LRS))
     # Output to files, not pipes: a process blocked on a full pipe that is not being read (the
     # other process's, while this one is waited for) never reaches the shutdown barrier.
