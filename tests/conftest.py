@@ -2,6 +2,8 @@
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import textwrap
 
@@ -14,16 +16,46 @@ import pytest
 os.environ["JAX_NUMPY_RANK_PROMOTION"] = "raise"
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-# LLVM at O1 instead of XLA's default O3, for the test processes and the processes they start (which
-# inherit the environment; the multi-device tests add their flags to it). Most of the suite's time is
-# compiling some 300 distinct small programs, which O1 compiles 15-28% faster, while its code ran as
-# fast here (the learning test's 4-seed CartPole preset: 10.4 s against 10.7 s; docs/testing.md).
-# Kernels compiled at O1 round differently, as another processor's do: no test depends on one
-# processor's rounding, and every check is made within one set of flags. FUSEDRL_TESTS_XLA_DEFAULT=1
-# runs the suite at XLA's defaults; an optimisation level already in XLA_FLAGS is kept.
-_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
-if os.environ.get("FUSEDRL_TESTS_XLA_DEFAULT") != "1" and "xla_backend_optimization_level" not in _XLA_FLAGS:
-    os.environ["XLA_FLAGS"] = f"{_XLA_FLAGS} --xla_backend_optimization_level=1".strip()
+# Two compile-time settings for the test processes and the processes they start (which inherit the
+# environment; the multi-device tests add their flags to it). Most of the suite's time is compiling
+# some 300 distinct small programs.
+# - LLVM at O1 instead of XLA's default O3: 15-28% faster compiles, while its code ran as fast here
+#   (the learning test's 4-seed CartPole preset: 10.4 s against 10.7 s; docs/testing.md).
+# - XLA:CPU's older kernel emitters (`--xla_cpu_use_fusion_emitters=false`) instead of its fusion
+#   emitters: the suite's usual small program compiled in 2.0-2.3 s against 3.4-3.7 s at O1, and the
+#   suite took 498 s of tests against 834 s. Their kernels run slower (0.56x at one agent x 4 envs x 128
+#   steps), which the tests, nearly all compile, hardly feel. Added only when the installed jaxlib
+#   knows the flag (an unknown flag in XLA_FLAGS aborts the process).
+# Kernels compiled either way round differently, as another processor's do: no test depends on one
+# processor's rounding, and every check is made within one set of flags. A test of a property of the
+# programs users compile takes `user_compiler_options`. FUSEDRL_TESTS_XLA_DEFAULT=1 runs the suite at
+# XLA's defaults; an optimisation level or an emitter choice already in XLA_FLAGS is kept.
+_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _xla_knows(flag: str) -> bool:
+    probe = "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flag}", "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
+
+
+if os.environ.get("FUSEDRL_TESTS_XLA_DEFAULT") != "1":
+    _XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+    if "xla_backend_optimization_level" not in _XLA_FLAGS:
+        _XLA_FLAGS += " --xla_backend_optimization_level=1"
+    if "xla_cpu_use_fusion_emitters" not in _XLA_FLAGS and _xla_knows(_EMITTERS):
+        _XLA_FLAGS += " " + _EMITTERS
+    os.environ["XLA_FLAGS"] = _XLA_FLAGS.strip()
+
+
+@pytest.fixture
+def user_compiler_options():
+    """`jax.jit` compiler options that undo the suite's emitter choice: a test of a property of the
+    programs a user's process compiles (bit-identical results of two programs) passes them."""
+    if _EMITTERS in os.environ.get("XLA_FLAGS", "").split():
+        return {"xla_cpu_use_fusion_emitters": True}
+    return {}
+
 
 # Many tests compile programs another test of the session compiled before (evaluate's, a cleared
 # cache's, the same config in another file): JAX's persistent compilation cache, in a new folder for
