@@ -40,13 +40,17 @@ def _xla_knows(flag: str) -> bool:
     return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
 
 
-if os.environ.get("FUSEDRL_TESTS_XLA_DEFAULT") != "1":
+# Decided once, by the first test process: the pytest-xdist workers inherit its XLA_FLAGS and this
+# mark, so they do not probe again (where jaxlib lacks the flag, nothing in XLA_FLAGS would tell them).
+_DECIDED = "FUSEDRL_TESTS_XLA_FLAGS_DECIDED"
+if os.environ.get("FUSEDRL_TESTS_XLA_DEFAULT") != "1" and _DECIDED not in os.environ:
     _XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
     if "xla_backend_optimization_level" not in _XLA_FLAGS:
         _XLA_FLAGS += " --xla_backend_optimization_level=1"
     if "xla_cpu_use_fusion_emitters" not in _XLA_FLAGS and _xla_knows(_EMITTERS):
         _XLA_FLAGS += " " + _EMITTERS
     os.environ["XLA_FLAGS"] = _XLA_FLAGS.strip()
+    os.environ[_DECIDED] = "1"
 
 
 @pytest.fixture
