@@ -180,6 +180,24 @@ def test_ppo_bench_peer_errors_are_clear(tmp_path, monkeypatch):
                  env={"PUREJAXRL_SRC": str(tmp_path)})
 
 
+def test_ppo_bench_names_a_missing_peer_file_before_running_anything(tmp_path, monkeypatch, capsys):
+    from fusedrl.bench import ppo as bench_ppo
+
+    _refuse_to_train(monkeypatch, bench_ppo)
+    (tmp_path / "purejaxrl").mkdir()
+    missing = str(tmp_path / "missing")
+    for argv, flag in (
+        (["--peer-python", missing], "--peer-python"),
+        (["--peer-python", sys.executable, "--peer-script", missing], "--peer-script"),
+        (["--peer-python", sys.executable, "--peer-script", __file__, "--purejaxrl-src", str(tmp_path)],
+         "--purejaxrl-src"),  # the folder is there, purejaxrl/ppo.py is not
+    ):
+        with pytest.raises(SystemExit):
+            bench_ppo.main(["--configs", "default"] + argv)
+        err = capsys.readouterr().err
+        assert f"{flag} {argv[-1]}" in err and "no " in err, err
+
+
 def test_ppo_bench_kills_and_retries_a_hung_peer(tmp_path):
     from fusedrl.bench import ppo as bench_ppo
 
@@ -632,7 +650,7 @@ def test_ppo_bench_rotates_runs_takes_medians_of_finished_runs_and_divides_ours_
     monkeypatch.setattr(bench_ppo, "_subprocess_ours", ours)
     monkeypatch.setattr(bench_ppo, "run_peer", run_peer)
     argv = ["--configs", "default,seeds8", "--repeats", "3", "--peer-python", sys.executable,
-            "--timesteps", "seeds8=4096"]
+            "--peer-script", __file__, "--timesteps", "seeds8=4096"]
     assert bench_ppo.main(argv) == 0
     out = capsys.readouterr().out
     # Each repeat starts with the next implementation; fusedrl-sweep only at multi-seed configs.

@@ -148,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peer-python", default=None, help="interpreter with rejax installed (../shared/peers)")
-    p.add_argument("--peer-script", default=os.path.normpath(PEER_SCRIPT))
+    p.add_argument("--peer-script", default=os.path.normpath(PEER_SCRIPT),
+                   help="rejax's runner (default: shared/peers/rejax_ppo.py beside this repository's folder)")
     p.add_argument("--peer-timeout", type=float, default=300, help="seconds until a peer run counts as hung")
     p.add_argument(
         "--purejaxrl-src", default=None,
@@ -179,6 +180,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--timesteps {item!r}: expected CONFIG=N with CONFIG among --configs "
                     f"({', '.join(names)}) and N a positive integer")
         totals[name] = int(n)
+    # Missing peer files are reported now, not after minutes of our own runs.
+    if args.peer_python:
+        if not os.path.isfile(args.peer_python):
+            p.error(f"--peer-python {args.peer_python}: no such file; make the peers' interpreter with "
+                    f"../shared/peers/setup.sh DIR and pass DIR/bin/python")
+        if not os.path.isfile(args.peer_script):
+            p.error(f"--peer-script {args.peer_script}: no such file (the default looks for "
+                    f"shared/peers/rejax_ppo.py beside the folder that holds this repository); pass "
+                    f"its path, e.g. --peer-script ../shared/peers/rejax_ppo.py")
+    if args.purejaxrl_src and not os.path.isfile(os.path.join(args.purejaxrl_src, "purejaxrl", "ppo.py")):
+        p.error(f"--purejaxrl-src {args.purejaxrl_src}: no purejaxrl/ppo.py in it (see "
+                f"fusedrl/bench/_purejaxrl_peer.py for what the folder holds)")
     impls = {
         "fusedrl": lambda name, cfg: _subprocess_ours(cfg, totals[name]),
         "fusedrl-sweep": lambda name, cfg: _subprocess_ours(cfg, totals[name], "run_ours_sweep"),
