@@ -186,6 +186,29 @@ def test_matmul_gradients_match_autodiff(x_shape, out):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "agents, rows, width, split",
+    [(8, 128, 64, True), (7, 256, 64, True), (4, 128, 64, False), (16, 128, 64, False),
+     (8, 96, 64, False), (8, 128, 256, False), (8, 128, 32, False)],
+)
+def test_vmapped_weight_gradient_splits_its_contraction_only_in_the_measured_window(
+    agents, rows, width, split
+):
+    # Under jax.vmap over 7-9 agents (64- to 127-wide layers, >= 128 rows) the CPU weight gradient
+    # is one batched dot of [agents, 2] half-contractions (docs/speed.md); elsewhere it is whole.
+    x = jax.random.normal(jax.random.key(0), (agents, rows, width))
+    w = jax.random.normal(jax.random.key(1), (agents, width, width)) / np.sqrt(width)
+
+    def loss(mm):
+        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)))
+
+    grad = jax.vmap(jax.grad(loss(matmul), 1))
+    halves = f"f32[{agents},2,{width},{width}]"  # x^T of each half, before its dot
+    assert (halves in str(jax.make_jaxpr(grad)(x, w))) == split
+    ref = jax.vmap(jax.grad(loss(jnp.matmul), 1))(x, w)
+    np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("w_shape", [(4, 6), (4, 2)])
 def test_matmul_takes_the_transposed_weight_gradient_on_cpu(w_shape):
     x, w = jnp.ones((8, 4)), jnp.ones(w_shape)

@@ -44,17 +44,56 @@ def _matmul_bwd(res, g):
     x, w = res
     x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
 
-    def weight_grad_cpu(x2, g2):
-        barrier = jax.lax.optimization_barrier
-        if g2.shape[-1] < x2.shape[-1]:  # narrow output (a head): transpose g, not x
-            return barrier(barrier(g2.T) @ x2).T
-        return barrier(x2.T) @ g2
-
     def weight_grad(x2, g2):
         return x2.T @ g2
 
-    dw = jax.lax.platform_dependent(x2, g2, cpu=weight_grad_cpu, default=weight_grad)
+    dw = jax.lax.platform_dependent(x2, g2, cpu=_weight_grad_cpu_batchable, default=weight_grad)
     return g @ w.T, dw
+
+
+def _weight_grad_cpu(x2: jax.Array, g2: jax.Array) -> jax.Array:
+    """x2^T g2 ([B, n], [B, m] -> [n, m]) with the narrower operand transposed first (see `matmul`)."""
+    barrier = jax.lax.optimization_barrier
+    if g2.shape[-1] < x2.shape[-1]:  # narrow output (a head): transpose g, not x
+        return barrier(barrier(g2.T) @ x2).T
+    return barrier(x2.T) @ g2
+
+
+#: `jax.vmap` sizes at which the CPU weight gradient splits its contraction (`_splits_contraction`).
+SPLIT_AGENTS = range(7, 10)
+
+
+def _splits_contraction(agents: int, rows: int, n: int, m: int) -> bool:
+    """Whether `agents` vmapped weight gradients x^T g ([rows, n], [rows, m]) run as one batched dot
+    of 2 * agents half-contractions, summed. XLA:CPU runs a batched dot with a 64-row output on one
+    thread below 16 batch entries and on both from 16 up (measured on 2 cores, docs/speed.md): at 8
+    agents, [64, 128] x [128, 64] took 120-128 us whole and 73-88 us split. The split paid at 7-9
+    agents on 64- to 127-wide layers with at least 128 rows, and lost elsewhere (at <= 6 or >= 10
+    agents, at 64 or 96 rows, for 32- and 256-wide layers), so it is kept to that window."""
+    return agents in SPLIT_AGENTS and 64 <= n < 128 and n <= m and rows >= 128 and rows % 2 == 0
+
+
+@jax.custom_batching.custom_vmap
+def _weight_grad_cpu_batchable(x2: jax.Array, g2: jax.Array) -> jax.Array:
+    """`_weight_grad_cpu`, whose batching rule (under `jax.vmap`, e.g. over seeds) sees the number
+    of agents and may split the contraction (`_splits_contraction`)."""
+    return _weight_grad_cpu(x2, g2)
+
+
+@_weight_grad_cpu_batchable.def_vmap
+def _weight_grad_cpu_vmap(axis_size, in_batched, x2, g2):
+    x2, g2 = (a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
+              for a, batched in zip((x2, g2), in_batched, strict=True))
+    rows, n = x2.shape[1:]
+    m = g2.shape[-1]
+    if not _splits_contraction(axis_size, rows, n, m):
+        return jax.vmap(_weight_grad_cpu)(x2, g2), True
+
+    def halves(a):
+        return a.reshape(axis_size, 2, rows // 2, a.shape[-1])
+
+    xt = jax.lax.optimization_barrier(jnp.swapaxes(halves(x2), 2, 3))
+    return (xt @ halves(g2)).sum(axis=1), True
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
