@@ -195,7 +195,8 @@ def test_vmapped_weight_gradient_splits_its_contraction_only_in_the_measured_win
     agents, rows, width, split
 ):
     # Under jax.vmap over 7-9 agents (64- to 127-wide layers, >= 128 rows) the CPU weight gradient
-    # is one batched dot of [agents, 2] half-contractions (docs/speed.md); elsewhere it is whole.
+    # is one batched dot of [agents, 2] half-contractions (docs/speed.md); elsewhere, and on jax 0.11
+    # (where it did not pay), it is whole.
     x = jax.random.normal(jax.random.key(0), (agents, rows, width))
     w = jax.random.normal(jax.random.key(1), (agents, width, width)) / np.sqrt(width)
 
@@ -204,7 +205,7 @@ def test_vmapped_weight_gradient_splits_its_contraction_only_in_the_measured_win
 
     grad = jax.vmap(jax.grad(loss(matmul), 1))
     halves = f"f32[{agents},2,{width},{width}]"  # x^T of each half, before its dot
-    assert (halves in str(jax.make_jaxpr(grad)(x, w))) == split
+    assert (halves in str(jax.make_jaxpr(grad)(x, w))) == (split and jax.__version_info__ < (0, 11))
     ref = jax.vmap(jax.grad(loss(jnp.matmul), 1))(x, w)
     np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
 

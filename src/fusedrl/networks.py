@@ -62,6 +62,9 @@ def _weight_grad_cpu(x2: jax.Array, g2: jax.Array) -> jax.Array:
 
 #: `jax.vmap` sizes at which the CPU weight gradient splits its contraction (`_splits_contraction`).
 SPLIT_AGENTS = range(7, 10)
+#: Only with jax 0.10: on jax 0.11.2 the split made the 8-agent trainer slower (0.933x and 0.945x,
+#: paired A/Bs), though the dot alone gained there too.
+SPLIT_JAX = jax.__version_info__ < (0, 11)
 
 
 def _splits_contraction(agents: int, rows: int, n: int, m: int) -> bool:
@@ -70,8 +73,10 @@ def _splits_contraction(agents: int, rows: int, n: int, m: int) -> bool:
     thread below 16 batch entries and on both from 16 up (measured on 2 cores, docs/speed.md): at 8
     agents, [64, 128] x [128, 64] took 120-128 us whole and 73-88 us split. The split paid at 7-9
     agents on 64- to 127-wide layers with at least 128 rows, and lost elsewhere (at <= 6 or >= 10
-    agents, at 64 or 96 rows, for 32- and 256-wide layers), so it is kept to that window."""
-    return agents in SPLIT_AGENTS and 64 <= n < 128 and n <= m and rows >= 128 and rows % 2 == 0
+    agents, at 64 or 96 rows, for 32- and 256-wide layers, and on jax 0.11), so it is kept to that
+    window."""
+    return (SPLIT_JAX and agents in SPLIT_AGENTS and 64 <= n < 128 and n <= m and rows >= 128
+            and rows % 2 == 0)
 
 
 @jax.custom_batching.custom_vmap
