@@ -69,8 +69,8 @@ SPLIT_JAX = jax.__version_info__ < (0, 11)
 
 def _splits_contraction(agents: int, rows: int, n: int, m: int) -> bool:
     """Whether `agents` vmapped weight gradients x^T g ([rows, n], [rows, m]) run as one batched dot
-    of 2 * agents half-contractions, summed. XLA:CPU runs a batched dot with a 64-row output on one
-    thread below 16 batch entries and on both from 16 up (measured on 2 cores, docs/speed.md): at 8
+    of 2 * agents half-contractions, summed. XLA:CPU ran a batched dot with a 64-row output on one
+    thread at 2-9 batch entries and on both from 16 up (measured on 2 cores, docs/speed.md): at 8
     agents, [64, 128] x [128, 64] took 120-128 us whole and 73-88 us split. The split paid at 7-9
     agents on 64- to 127-wide layers with at least 128 rows, and lost elsewhere (at <= 6 or >= 10
     agents, at 64 or 96 rows, for 32- and 256-wide layers, and on jax 0.11), so it is kept to that
