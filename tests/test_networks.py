@@ -210,6 +210,26 @@ def test_vmapped_weight_gradient_splits_its_contraction_only_in_the_measured_win
     np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("agents, split", [(8, True), (4, False)])
+def test_vmapped_weight_gradient_with_a_shared_input(agents, split):
+    # jax.vmap over the weights only (x shared by every agent, as in a sweep over initial weights
+    # on one batch): the gradient is each agent's own, and outside the split window the shared x is
+    # transposed once, not copied per agent.
+    x = jax.random.normal(jax.random.key(0), (128, 64))
+    w = jax.random.normal(jax.random.key(1), (agents, 64, 64)) / 8.0
+
+    def loss(mm):
+        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)))
+
+    grad = jax.vmap(jax.grad(loss(matmul), 1), in_axes=(None, 0))
+    barriers = [line.split("=")[0] for line in str(jax.make_jaxpr(grad)(x, w)).splitlines()
+                if "optimization_barrier" in line]
+    if not (split and jax.__version_info__ < (0, 11)):
+        assert barriers and all(b.strip().endswith("f32[64,128]") for b in barriers), barriers
+    ref = jax.vmap(jax.grad(loss(jnp.matmul), 1), in_axes=(None, 0))(x, w)
+    np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("w_shape", [(4, 6), (4, 2)])
 def test_matmul_takes_the_transposed_weight_gradient_on_cpu(w_shape):
     x, w = jnp.ones((8, 4)), jnp.ones(w_shape)

@@ -88,17 +88,18 @@ def _weight_grad_cpu_batchable(x2: jax.Array, g2: jax.Array) -> jax.Array:
 
 @_weight_grad_cpu_batchable.def_vmap
 def _weight_grad_cpu_vmap(axis_size, in_batched, x2, g2):
-    x2, g2 = (a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
-              for a, batched in zip((x2, g2), in_batched, strict=True))
-    rows, n = x2.shape[1:]
+    rows, n = x2.shape[-2:]
     m = g2.shape[-1]
-    if not _splits_contraction(axis_size, rows, n, m):
-        return jax.vmap(_weight_grad_cpu)(x2, g2), True
+    if not _splits_contraction(axis_size, rows, n, m):  # an unbatched operand stays unbatched
+        in_axes = tuple(0 if batched else None for batched in in_batched)
+        return jax.vmap(_weight_grad_cpu, in_axes=in_axes)(x2, g2), True
 
-    def halves(a):
+    def halves(a, batched):
+        a = a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
         return a.reshape(axis_size, 2, rows // 2, a.shape[-1])
 
-    return jax.vmap(jax.vmap(_weight_grad_cpu))(halves(x2), halves(g2)).sum(axis=1), True
+    x2, g2 = (halves(a, b) for a, b in zip((x2, g2), in_batched, strict=True))
+    return jax.vmap(jax.vmap(_weight_grad_cpu))(x2, g2).sum(axis=1), True
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
