@@ -186,6 +186,11 @@ def test_matmul_gradients_match_autodiff(x_shape, out):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+def _sin_loss(mm):
+    """sum(sin(x @ w)) with the product `mm`: a loss whose weight gradient is x^T g for a non-constant g."""
+    return lambda x, w: jnp.sum(jnp.sin(mm(x, w)))
+
+
 @pytest.mark.parametrize(
     "agents, rows, width, split",
     [(8, 128, 64, True), (7, 256, 64, True), (4, 128, 64, False), (16, 128, 64, False),
@@ -200,13 +205,10 @@ def test_vmapped_weight_gradient_splits_its_contraction_only_in_the_measured_win
     x = jax.random.normal(jax.random.key(0), (agents, rows, width))
     w = jax.random.normal(jax.random.key(1), (agents, width, width)) / np.sqrt(width)
 
-    def loss(mm):
-        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)))
-
-    grad = jax.vmap(jax.grad(loss(matmul), 1))
+    grad = jax.vmap(jax.grad(_sin_loss(matmul), 1))
     halves = f"f32[{agents},2,{width},{width}]"  # x^T of each half, before its dot
     assert (halves in str(jax.make_jaxpr(grad)(x, w))) == (split and jax.__version_info__ < (0, 11))
-    ref = jax.vmap(jax.grad(loss(jnp.matmul), 1))(x, w)
+    ref = jax.vmap(jax.grad(_sin_loss(jnp.matmul), 1))(x, w)
     np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
 
 
@@ -218,15 +220,12 @@ def test_vmapped_weight_gradient_with_a_shared_input(agents, split):
     x = jax.random.normal(jax.random.key(0), (128, 64))
     w = jax.random.normal(jax.random.key(1), (agents, 64, 64)) / 8.0
 
-    def loss(mm):
-        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)))
-
-    grad = jax.vmap(jax.grad(loss(matmul), 1), in_axes=(None, 0))
+    grad = jax.vmap(jax.grad(_sin_loss(matmul), 1), in_axes=(None, 0))
     barriers = [line.split("=")[0] for line in str(jax.make_jaxpr(grad)(x, w)).splitlines()
                 if "optimization_barrier" in line]
     if not (split and jax.__version_info__ < (0, 11)):
         assert barriers and all(b.strip().endswith("f32[64,128]") for b in barriers), barriers
-    ref = jax.vmap(jax.grad(loss(jnp.matmul), 1), in_axes=(None, 0))(x, w)
+    ref = jax.vmap(jax.grad(_sin_loss(jnp.matmul), 1), in_axes=(None, 0))(x, w)
     np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
 
 
