@@ -453,6 +453,61 @@ def test_unrolled_rollout_trains_the_same_agent(small, monkeypatch):
     _assert_same_metrics(_retrain_with(small, monkeypatch, ROLLOUT_UNROLL=1), result)
 
 
+def _scans(jaxpr, found=None):
+    """(length, unroll) of every `lax.scan` in a jaxpr, those in nested jaxprs included."""
+    found = [] if found is None else found
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            found.append((eqn.params["length"], eqn.params["unroll"]))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's Jaxpr
+                if hasattr(sub, "eqns"):
+                    _scans(sub, found)
+    return found
+
+
+#: 8 minibatches: no other loop of the program has 8 iterations.
+UNROLL = dict(SMALL, num_minibatches=8, total_timesteps=SMALL["num_envs"] * SMALL["num_steps"])
+
+
+@pytest.mark.parametrize("agents", [1, 4, 7, 8, 9, 16])
+def test_minibatch_loop_unrolls_only_under_vmap_of_7_to_9_agents(agents):
+    # PPO.learn's batching rule unrolls the minibatch loop 2x under jax.vmap over 7-9 agents, where
+    # it paid on jax 0.10 (docs/speed.md); on jax 0.11, and everywhere else, the loop stays rolled.
+    config = PPOConfig(**UNROLL)
+    train = make_train(config)
+    keys = jax.random.split(jax.random.key(0), agents)
+    fn, arg = (train, keys[0]) if agents == 1 else (jax.vmap(train), keys)
+    loops = {unroll for length, unroll in _scans(jax.make_jaxpr(fn)(arg).jaxpr)
+             if length == config.num_minibatches}
+    unrolled = 7 <= agents <= 9 and jax.__version_info__ < (0, 11)
+    assert loops == ({2} if unrolled else {1})
+
+
+@pytest.mark.parametrize("shared_key", [False, True])
+def test_unrolled_minibatch_loop_trains_each_agent_as_alone(shared_key):
+    # One update of 8 vmapped agents (each its own key, or one key and its own learning rate, as in
+    # a sweep), the minibatch loop unrolled on jax 0.10: agent i's parameters are those of agent i
+    # trained alone (which no batching rule touches), up to rounding.
+    config = PPOConfig(**UNROLL)
+    train = make_train(config)
+    keys = jax.random.split(jax.random.key(0), 8)
+    hparams = jax.tree.map(lambda x: jnp.stack([x] * 8), config.hparams())
+    hparams = hparams.replace(lr=jnp.linspace(1e-3, 8e-3, 8, dtype=jnp.float32))
+    if shared_key:
+        batched = jax.jit(jax.vmap(train, in_axes=(None, 0)))(keys[0], hparams)
+    else:
+        batched = jax.jit(jax.vmap(train))(keys)
+    for i in (0, 5):
+        alone = jax.jit(train)(keys[0], jax.tree.map(lambda x, i=i: x[i], hparams)) if shared_key \
+            else jax.jit(train)(keys[i])
+        for a, b in zip(jax.tree.leaves(batched.params), jax.tree.leaves(alone.params), strict=True):
+            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-4, atol=1e-5)
+    first = [np.asarray(x) for x in jax.tree.leaves(batched.params)]
+    assert not np.allclose(first[0][0], first[0][5], rtol=1e-4, atol=1e-5)  # the agents differ
+
+
 def test_eager_evaluate_compiles_one_program_once(small, caplog):
     """Called outside jit, `evaluate` runs one cached jitted program, not one per operation, and
     the same program whether its episodes are bounded or not."""
