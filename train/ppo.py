@@ -389,10 +389,10 @@ class PPO:
         program is unchanged.
         """
         if self.axis_name is not None:
-            return self._learn(params, opt_state, batch, hparams, key, unroll=1)
+            return self._learn_epochs(params, opt_state, batch, hparams, key, unroll=1)
         return _batchable_learn(self)(params, opt_state, batch, hparams, key)
 
-    def _learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key, *, unroll: int):
+    def _learn_epochs(self, params, opt_state, batch: Batch, hparams: Hyperparams, key, *, unroll: int):
         """`learn` with the minibatch loop unrolled `unroll` times."""
         c = self.config
         batch_size = batch.advantage.shape[0]
@@ -578,18 +578,18 @@ class PPO:
 
 
 def _batchable_learn(ppo: PPO):
-    """`ppo._learn`, rolled; its batching rule unrolls the minibatch loop 2x when `jax.vmap` maps it
+    """`ppo._learn_epochs`, rolled; its batching rule unrolls the minibatch loop 2x when `jax.vmap` maps it
     over `MINIBATCH_UNROLL_AGENTS` agents (see `PPO.learn`)."""
 
     @jax.custom_batching.custom_vmap
     def learn(params, opt_state, batch, hparams, key):
-        return ppo._learn(params, opt_state, batch, hparams, key, unroll=1)
+        return ppo._learn_epochs(params, opt_state, batch, hparams, key, unroll=1)
 
     @learn.def_vmap
     def learn_vmap(axis_size, in_batched, *args):
         unroll = 2 if axis_size in MINIBATCH_UNROLL_AGENTS else 1
         in_axes = tuple(jax.tree.map(lambda batched: 0 if batched else None, b) for b in in_batched)
-        out = jax.vmap(partial(ppo._learn, unroll=unroll), in_axes=in_axes)(*args)
+        out = jax.vmap(partial(ppo._learn_epochs, unroll=unroll), in_axes=in_axes)(*args)
         return out, jax.tree.map(lambda _: True, out)
 
     return learn
