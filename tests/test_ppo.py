@@ -499,9 +499,12 @@ def test_unrolled_minibatch_loop_trains_each_agent_as_alone(shared_key):
         batched = jax.jit(jax.vmap(train, in_axes=(None, 0)))(keys[0], hparams)
     else:
         batched = jax.jit(jax.vmap(train))(keys)
+    one = jax.jit(train)
     for i in (0, 5):
-        alone = jax.jit(train)(keys[0], jax.tree.map(lambda x, i=i: x[i], hparams)) if shared_key \
-            else jax.jit(train)(keys[i])
+        if shared_key:
+            alone = one(keys[0], jax.tree.map(lambda x, i=i: x[i], hparams))
+        else:
+            alone = one(keys[i])
         for a, b in zip(jax.tree.leaves(batched.params), jax.tree.leaves(alone.params), strict=True):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-4, atol=1e-5)
     first = [np.asarray(x) for x in jax.tree.leaves(batched.params)]
