@@ -186,60 +186,29 @@ def test_matmul_gradients_match_autodiff(x_shape, out):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
-def _sin_loss(mm):
-    """sum(sin(x @ w)) with the product `mm`: a loss whose weight gradient is x^T g for a non-constant g."""
-    return lambda x, w: jnp.sum(jnp.sin(mm(x, w)))
-
-
-@pytest.mark.parametrize(
-    "agents, rows, width, split",
-    [(8, 128, 64, True), (7, 256, 64, True), (4, 128, 64, False), (16, 128, 64, False),
-     (8, 96, 64, False), (8, 128, 256, False), (8, 128, 32, False)],
-)
-def test_vmapped_weight_gradient_splits_its_contraction_only_in_the_measured_window(
-    agents, rows, width, split
-):
-    # Under jax.vmap over 7-9 agents (64- to 127-wide layers, >= 128 rows) the CPU weight gradient
-    # is one batched dot of [agents, 2] half-contractions (docs/speed.md); elsewhere, and on jax 0.11
-    # (where it did not pay), it is whole.
-    x = jax.random.normal(jax.random.key(0), (agents, rows, width))
-    w = jax.random.normal(jax.random.key(1), (agents, width, width)) / np.sqrt(width)
-
-    grad = jax.vmap(jax.grad(_sin_loss(matmul), 1))
-    halves = f"f32[{agents},2,{width},{width}]"  # x^T of each half, before its dot
-    assert (halves in str(jax.make_jaxpr(grad)(x, w))) == (split and jax.__version_info__ < (0, 11))
-    ref = jax.vmap(jax.grad(_sin_loss(jnp.matmul), 1))(x, w)
-    np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("agents, split", [(8, True), (4, False)])
-def test_vmapped_weight_gradient_with_a_shared_input(agents, split):
-    # jax.vmap over the weights only (x shared by every agent, as in a sweep over initial weights
-    # on one batch): the gradient is each agent's own, and outside the split window the shared x is
-    # transposed once, not copied per agent.
-    x = jax.random.normal(jax.random.key(0), (128, 64))
-    w = jax.random.normal(jax.random.key(1), (agents, 64, 64)) / 8.0
-
-    grad = jax.vmap(jax.grad(_sin_loss(matmul), 1), in_axes=(None, 0))
-    barriers = [line.split("=")[0] for line in str(jax.make_jaxpr(grad)(x, w)).splitlines()
-                if "optimization_barrier" in line]
-    if not (split and jax.__version_info__ < (0, 11)):
-        assert barriers and all(b.strip().endswith("f32[64,128]") for b in barriers), barriers
-    ref = jax.vmap(jax.grad(_sin_loss(jnp.matmul), 1), in_axes=(None, 0))(x, w)
-    np.testing.assert_allclose(np.asarray(jax.jit(grad)(x, w)), np.asarray(ref), rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("w_shape", [(4, 6), (4, 2)])
-def test_matmul_takes_the_transposed_weight_gradient_on_cpu(w_shape):
+def test_matmul_takes_the_transposed_weight_gradient(w_shape):
     x, w = jnp.ones((8, 4)), jnp.ones(w_shape)
-    text = jax.jit(jax.grad(lambda w: matmul(x, w).sum())).lower(w).as_text()
-    assert ("optimization_barrier" in text) == (jax.default_backend() == "cpu")
+    assert "optimization_barrier" in jax.jit(jax.grad(lambda w: matmul(x, w).sum())).lower(w).as_text()
+
+
+@pytest.mark.parametrize("cpu_weight_grad", [False, True])
+def test_dense_uses_the_cpu_weight_gradient_only_when_asked(cpu_weight_grad):
+    # Tuning.cpu_weight_grad picks the product; without it the layer is plain autodiff, so
+    # forward-mode differentiation works through it.
+    layer = Dense(3, cpu_weight_grad=cpu_weight_grad)
+    x = jnp.ones((4, 5))
+    params = layer.init(jax.random.key(0), x)
+    text = jax.jit(jax.grad(lambda p: layer.apply(p, x).sum())).lower(params).as_text()
+    assert ("optimization_barrier" in text) == cpu_weight_grad
+    if not cpu_weight_grad:
+        jax.jvp(lambda x: layer.apply(params, x), (x,), (x,))
 
 
 def test_dense_is_flax_dense():
     x = jax.random.normal(jax.random.key(2), (7, 5))
     init = nn.initializers.lecun_normal()
-    ours, ref = Dense(3, kernel_init=init), nn.Dense(3, kernel_init=init)
+    ours, ref = Dense(3, kernel_init=init, cpu_weight_grad=True), nn.Dense(3, kernel_init=init)
     p_ours, p_ref = ours.init(jax.random.key(3), x), ref.init(jax.random.key(3), x)
     assert jax.tree.structure(p_ours) == jax.tree.structure(p_ref)
     for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_ref), strict=True):

@@ -15,7 +15,7 @@ import optax
 import pytest
 
 import fusedrl
-from fusedrl.train import PPOConfig, make_train
+from fusedrl.train import PPO_ALGORITHM, PPOConfig, Trainer, Tuning, make_train, resolve_tuning
 from fusedrl.train.losses import Batch
 
 SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
@@ -401,13 +401,10 @@ def _vec_state(env_state):
     return env_state
 
 
-def _retrain_with(small, monkeypatch, **constants):
-    """The `small` fixture's run (key 0) again, with module constants of train/ppo.py replaced."""
-    import fusedrl.train.ppo as ppo_module
-
-    for name, value in constants.items():
-        monkeypatch.setattr(ppo_module, name, value)
-    return jax.jit(make_train(small[0]))(jax.random.key(0))
+def _retrain_with(small, **choices):
+    """The `small` fixture's run (key 0) again, with some speed choices of its `Tuning` changed."""
+    tuning = dataclasses.replace(small[1].tuning, **choices)
+    return jax.jit(make_train(small[0], tuning=tuning))(jax.random.key(0))
 
 
 def _assert_same_metrics(a, b):
@@ -415,9 +412,9 @@ def _assert_same_metrics(a, b):
         np.testing.assert_allclose(x, b.metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
+def test_rollout_predraws_resets_and_falls_back_to_the_pool(small):
     """Rollouts take every reset from `VecEnv.predraw` (the per-env pool is never used); when the
-    predraw would exceed PREDRAW_MAX_BYTES they use the pool instead, and still train."""
+    predraw would exceed `Tuning.predraw_max_bytes` they use the pool instead, and still train."""
 
     def pool_key(state):  # the VecEnv's own key changes only when its pool is redrawn
         return np.asarray(jax.random.key_data(_vec_state(state.env_state).key))
@@ -427,88 +424,51 @@ def test_rollout_predraws_resets_and_falls_back_to_the_pool(small, monkeypatch):
     assert int(result.metrics["episodes_completed"].sum()) > 0
     assert bool(_vec_state(result.state.env_state).pool_fresh.all())
     np.testing.assert_array_equal(pool_key(result.state), start)
-    pooled = _retrain_with(small, monkeypatch, PREDRAW_MAX_BYTES=0)
+    pooled = _retrain_with(small, predraw_max_bytes=0)
     assert int(pooled.metrics["episodes_completed"].sum()) > 0
     assert not np.array_equal(pool_key(pooled.state), start)
     for name, x in pooled.metrics.items():
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name
 
 
-def test_large_batch_shuffle_path_trains_the_same_agent(small, monkeypatch):
-    """Batches above SMALL_BATCH_SHUFFLE draw each epoch's permutation one epoch ahead; epoch i
-    still uses the permutation of key i, so both paths train the same agent."""
-    config, _, _, result = small
+def test_large_batch_shuffle_path_trains_the_same_agent(small):
+    """With `Tuning.shuffle_ahead` each epoch's permutation is drawn one epoch ahead; epoch i still
+    uses the permutation of key i, so both paths train the same agent."""
+    config, train, _, result = small
     assert config.update_epochs > 1  # so that drawing ahead has an epoch to get wrong
-    other = _retrain_with(small, monkeypatch, SMALL_BATCH_SHUFFLE=0)
+    assert not train.tuning.shuffle_ahead
+    other = _retrain_with(small, shuffle_ahead=True)
     assert int(other.metrics["episodes_completed"].sum()) > 0
     _assert_same_metrics(other, result)
 
 
-def test_unrolled_rollout_trains_the_same_agent(small, monkeypatch):
-    """Rollouts of few envs unroll their step loop (speed only): same agent as the rolled loop."""
-    import fusedrl.train.ppo as ppo_module
-
-    config, _, _, result = small
-    assert config.num_envs <= ppo_module.ROLLOUT_UNROLL_MAX_ENVS and ppo_module.ROLLOUT_UNROLL > 1
-    _assert_same_metrics(_retrain_with(small, monkeypatch, ROLLOUT_UNROLL=1), result)
+def test_unrolled_rollout_trains_the_same_agent(small):
+    """Rollouts of few envs unroll their step loop on CPU (speed only): same agent as the rolled loop."""
+    _, train, _, result = small
+    assert train.tuning.rollout_unroll > 1
+    _assert_same_metrics(_retrain_with(small, rollout_unroll=1), result)
 
 
-def _scans(jaxpr, found=None):
-    """(length, unroll) of every `lax.scan` in a jaxpr, those in nested jaxprs included."""
-    found = [] if found is None else found
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "scan":
-            found.append((eqn.params["length"], eqn.params["unroll"]))
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's Jaxpr
-                if hasattr(sub, "eqns"):
-                    _scans(sub, found)
-    return found
+def test_every_speed_choice_off_trains_the_same_agent(small):
+    """`Tuning()` (every speed choice off: the program an accelerator runs today) trains the agent
+    the resolved CPU choices train, up to float rounding."""
+    _, train, _, result = small
+    assert train.tuning != Tuning() and train.tuning.cpu_weight_grad and train.values_after_loop
+    plain = jax.jit(make_train(small[0], tuning=Tuning()))(jax.random.key(0))
+    _assert_same_metrics(plain, result)
 
 
-#: 8 minibatches: no other loop of the program has 8 iterations.
-UNROLL = dict(SMALL, num_minibatches=8, total_timesteps=SMALL["num_envs"] * SMALL["num_steps"])
-
-
-@pytest.mark.parametrize("agents", [1, 4, 7, 8, 9, 16])
-def test_minibatch_loop_unrolls_only_under_vmap_of_7_to_9_agents(agents):
-    # PPO.learn's batching rule unrolls the minibatch loop 2x under jax.vmap over 7-9 agents, where
-    # it paid on jax 0.10 (docs/speed.md); on jax 0.11, and everywhere else, the loop stays rolled.
-    config = PPOConfig(**UNROLL)
-    train = make_train(config)
-    keys = jax.random.split(jax.random.key(0), agents)
-    fn, arg = (train, keys[0]) if agents == 1 else (jax.vmap(train), keys)
-    loops = {unroll for length, unroll in _scans(jax.make_jaxpr(fn)(arg).jaxpr)
-             if length == config.num_minibatches}
-    unrolled = 7 <= agents <= 9 and jax.__version_info__ < (0, 11)
-    assert loops == ({2} if unrolled else {1})
-
-
-@pytest.mark.parametrize("shared_key", [False, True])
-def test_unrolled_minibatch_loop_trains_each_agent_as_alone(shared_key):
-    # One update of 8 vmapped agents (each its own key, or one key and its own learning rate, as in
-    # a sweep), the minibatch loop unrolled on jax 0.10: agent i's parameters are those of agent i
-    # trained alone (which no batching rule touches), up to rounding.
-    config = PPOConfig(**UNROLL)
-    train = make_train(config)
-    keys = jax.random.split(jax.random.key(0), 8)
-    hparams = jax.tree.map(lambda x: jnp.stack([x] * 8), config.hparams())
-    hparams = hparams.replace(lr=jnp.linspace(1e-3, 8e-3, 8, dtype=jnp.float32))
-    if shared_key:
-        batched = jax.jit(jax.vmap(train, in_axes=(None, 0)))(keys[0], hparams)
-    else:
-        batched = jax.jit(jax.vmap(train))(keys)
-    one = jax.jit(train)
-    for i in (0, 5):
-        if shared_key:
-            alone = one(keys[0], jax.tree.map(lambda x, i=i: x[i], hparams))
-        else:
-            alone = one(keys[i])
-        for a, b in zip(jax.tree.leaves(batched.params), jax.tree.leaves(alone.params), strict=True):
-            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-4, atol=1e-5)
-    first = [np.asarray(x) for x in jax.tree.leaves(batched.params)]
-    assert not np.allclose(first[0][0], first[0][5], rtol=1e-4, atol=1e-5)  # the agents differ
+def test_tuning_depends_on_the_backend_and_sizes_only():
+    assert resolve_tuning("gpu", num_envs=4, batch_size=512) == Tuning()
+    assert resolve_tuning("tpu", num_envs=2048, batch_size=32768) == Tuning()
+    cpu = resolve_tuning("cpu", num_envs=4, batch_size=512)
+    assert cpu.rollout_unroll == 2 and cpu.values_after_loop and not cpu.shuffle_ahead and cpu.cpu_weight_grad
+    wide = resolve_tuning("cpu", num_envs=2048, batch_size=32768)
+    assert wide.rollout_unroll == 1 and not wide.values_after_loop and wide.shuffle_ahead
+    with pytest.raises(TypeError, match="tuning must be a fusedrl.train.tuning.Tuning"):
+        make_train(PPOConfig(**SMALL), tuning={"rollout_unroll": 2})
+    with pytest.raises(ValueError, match="rollout_unroll must be an int >= 1"):
+        Tuning(rollout_unroll=0)
 
 
 def test_eager_evaluate_compiles_one_program_once(small, caplog):
@@ -840,18 +800,17 @@ def test_rollout_stores_the_log_prob_and_value_of_the_sampled_action():
 
 
 def test_values_leave_the_rollout_loop_only_for_the_built_in_network_and_narrow_rollouts(net_module):
-    # The built-in ActorCritic's critic has a torso of its own: a rollout of at most 256 envs computes
-    # V(obs) in one batched call after its step loop, where actions need only the actor. A user's
-    # network may share its torso with the actor (it would run twice), so its values come from the
-    # loop, as do those of wider rollouts. Either way the rollout stores V of the observation acted
-    # on, not of the one after it.
+    # The built-in ActorCritic's critic has a torso of its own: on CPU a rollout of at most 256 envs
+    # computes V(obs) in one batched call after its step loop, where actions need only the actor. A
+    # user's network may share its torso with the actor (it would run twice), so its values come
+    # from the loop, as do those of wider rollouts. Either way the rollout stores V of the
+    # observation acted on, not of the one after it.
     net_module("loop_value_nets")
     for network, num_envs, after in ((None, 4, True), (None, 257, False), ("loop_value_nets:net", 4, False)):
         config = PPOConfig(**{**SMALL, "num_envs": num_envs, "num_steps": 8, "total_timesteps": num_envs * 8,
                               "num_minibatches": 1, "network": network})
         train = make_train(config)
-        assert train.values_after_loop(num_envs) is after, (network, num_envs)
-        assert train.values_after_loop(256) is (network is None)
+        assert train.values_after_loop is after, (network, num_envs)
         hp = train.default_hparams()
 
         @jax.jit
@@ -1199,7 +1158,7 @@ def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
     """The keys of every update's rollout and of every epoch's shuffle are all different: a key
     carried to the next update that had already drawn a permutation would correlate the next
     rollout's actions and resets with the last update's minibatches."""
-    from fusedrl.train import ppo
+    from fusedrl.train import update
 
     used = []
 
@@ -1207,22 +1166,23 @@ def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
         data = jax.random.key_data(key)
         jax.debug.callback(lambda d: used.append((kind, tuple(np.asarray(d).ravel().tolist()))), data)
 
-    original = ppo.permutations
+    original = update.permutations
 
     def recorded_permutations(key, *args):
         record("shuffle", key)
         return original(key, *args)
 
-    class Recorded(ppo.PPO):
+    class Recorded(Trainer):
         def rollout(self, state, hparams, venv, key):
             record("rollout", key)
             return super().rollout(state, hparams, venv, key)
 
-    monkeypatch.setattr(ppo, "permutations", recorded_permutations)
+    monkeypatch.setattr(update, "permutations", recorded_permutations)
     config = PPOConfig(**{**SMALL, "update_epochs": 3, "num_envs": num_envs,
                           "total_timesteps": num_envs * SMALL["num_steps"] * 3})
-    assert (config.batch_size > ppo.SMALL_BATCH_SHUFFLE) == (num_envs == 512)
-    jax.block_until_ready(jax.jit(Recorded(config))(jax.random.key(0)))
+    train = Recorded(config, PPO_ALGORITHM)
+    assert train.tuning.shuffle_ahead == (num_envs == 512)
+    jax.block_until_ready(jax.jit(train)(jax.random.key(0)))
     kinds = [kind for kind, _ in used]
     assert kinds.count("rollout") == config.num_updates
     assert kinds.count("shuffle") == config.num_updates * config.update_epochs

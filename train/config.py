@@ -16,55 +16,93 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from fusedrl._argtypes import is_int
 
-# Names of the PPOConfig fields that are traced (swept without recompiling).
-TRACED_FIELDS = ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+
+def traced(default: float):
+    """Declares a config field traced: a number that becomes a leaf of the run's `Hyperparams`, so
+    `train(key, hparams)` takes it as an argument and `jax.vmap` over it compiles once. Fields not
+    declared so are static: they fix shapes or control flow, and a change compiles a new program."""
+    return dataclasses.field(default=default, metadata={"traced": True})
 
 
-@struct.dataclass
+def traced_fields(config_cls) -> tuple[str, ...]:
+    """The names of `config_cls`'s traced fields (declared with `traced`), in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("traced"))
+
+
+@jax.tree_util.register_pytree_with_keys_class
 class Hyperparams:
     """Traced hyperparameters of one run; every leaf may carry a leading vmap axis.
 
-    Their values are not checked here (they may be traced): `PPOConfig` checks its own fields and
+    One attribute per traced field of the config that made it (`config.hparams()`), plus
+    `env_params`, the env's params dataclass (physics constants, time limit). A pytree: its leaves
+    are those numbers and the env params' leaves.
+
+    Their values are not checked here (they may be traced): the config checks its own fields and
     `fusedrl.sweep` the values it sweeps, but a value put in by hand (`hparams.replace(gamma=1.5)`)
-    trains as given. Build one from `config.hparams()`.
+    trains as given.
     """
 
-    lr: jax.Array
-    gamma: jax.Array
-    gae_lambda: jax.Array
-    clip_eps: jax.Array
-    ent_coef: jax.Array
-    vf_coef: jax.Array
-    max_grad_norm: jax.Array
-    env_params: Any  # the env's params dataclass (physics constants, time limit)
+    __slots__ = ("_config_cls", "_values", "env_params")
 
+    def __init__(self, config_cls, values: Mapping[str, Any], env_params: Any):
+        object.__setattr__(self, "_config_cls", config_cls)
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "env_params", env_params)
 
-def _replace_hyperparams(self: Hyperparams, **changes) -> Hyperparams:
-    """A copy with `changes`; a name that is no traced hyperparameter is refused, with where it lives
-    (a static PPOConfig field, an env param, or the closest names)."""
-    names = [f.name for f in dataclasses.fields(self)]
-    for name in changes:
-        if name in names:
-            continue
-        env_fields = [f.name for f in dataclasses.fields(self.env_params)] if dataclasses.is_dataclass(
-            self.env_params) else []
-        if name in env_fields:
-            fix = f"it is an env param: hparams.replace(env_params=hparams.env_params.replace({name}=...))"
-        elif name in {f.name for f in dataclasses.fields(PPOConfig)}:
-            fix = (f"it is a static PPOConfig field (it fixes shapes or control flow): "
-                   f"make_train(config.replace({name}=...)) compiles a new program")
-        else:
-            close = difflib.get_close_matches(name, names + env_fields, n=3)
-            fix = f"the closest are {', '.join(close)}" if close else f"its fields are {', '.join(names)}"
-        raise TypeError(f"Hyperparams has no field {name!r}: {fix}.")
-    return dataclasses.replace(self, **changes)
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The traced field names, in the config's order (`env_params` not included)."""
+        return tuple(self._values)
 
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise AttributeError(f"Hyperparams has no field {name!r}; its fields are "
+                             f"{', '.join(list(values) + ['env_params'])}.")
 
-Hyperparams.replace = _replace_hyperparams  # after @struct.dataclass, which sets its own replace
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"Hyperparams is frozen: use hparams.replace({name}=...).")
+
+    def __repr__(self):
+        items = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"Hyperparams({items}, env_params={self.env_params!r})"
+
+    def tree_flatten_with_keys(self):
+        keys = [jax.tree_util.GetAttrKey(k) for k in self._values] + [jax.tree_util.GetAttrKey("env_params")]
+        children = list(self._values.values()) + [self.env_params]
+        return list(zip(keys, children, strict=True)), (self._config_cls, tuple(self._values))
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        config_cls, names = aux
+        return cls(config_cls, dict(zip(names, children[:-1], strict=True)), children[-1])
+
+    def replace(self, **changes) -> Hyperparams:
+        """A copy with `changes`; a name that is no traced hyperparameter is refused, with where it
+        lives (a static config field, an env param, or the closest names)."""
+        names = list(self._values) + ["env_params"]
+        for name in changes:
+            if name in names:
+                continue
+            env_fields = ([f.name for f in dataclasses.fields(self.env_params)]
+                          if dataclasses.is_dataclass(self.env_params) else [])
+            config = self._config_cls.__name__
+            if name in env_fields:
+                fix = ("it is an env param: "
+                       f"hparams.replace(env_params=hparams.env_params.replace({name}=...))")
+            elif name in {f.name for f in dataclasses.fields(self._config_cls)}:
+                fix = (f"it is a static {config} field (it fixes shapes or control flow): "
+                       f"make_train(config.replace({name}=...)) compiles a new program")
+            else:
+                close = difflib.get_close_matches(name, names + env_fields, n=3)
+                fix = f"the closest are {', '.join(close)}" if close else f"its fields are {', '.join(names)}"
+            raise TypeError(f"Hyperparams has no field {name!r}: {fix}.")
+        env_params = changes.pop("env_params", self.env_params)
+        return Hyperparams(self._config_cls, {**self._values, **changes}, env_params)
 
 
 def number_dtype(x) -> np.dtype | None:
@@ -144,14 +182,14 @@ class PPOConfig:
     total_timesteps: int = 500_000
     update_epochs: int = 4
     num_minibatches: int = 4
-    lr: float = 2.5e-4
+    lr: float = traced(2.5e-4)
     anneal_lr: bool = True
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    gamma: float = traced(0.99)
+    gae_lambda: float = traced(0.95)
+    clip_eps: float = traced(0.2)
+    ent_coef: float = traced(0.01)
+    vf_coef: float = traced(0.5)
+    max_grad_norm: float = traced(0.5)
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     log_std_init: float = 0.0  # continuous actions: the initial log-std of the Gaussian policy
@@ -165,6 +203,12 @@ class PPOConfig:
     # minibatch starts more than 1.5 * target_kl (approx. KL) from the rollout's policy (as SB3).
     target_kl: float | None = None
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __new__(cls, *args, **kwargs):
+        # Before the dataclass __init__: an unknown keyword gets a "did you mean" instead of
+        # Python's bare "unexpected keyword argument".
+        _check_names(cls, kwargs)
+        return super().__new__(cls)
 
     def __post_init__(self):
         # Normalise containers so the config is hashable and prints the same however it was built,
@@ -195,8 +239,18 @@ class PPOConfig:
         """Env steps actually taken: num_updates * batch_size (<= total_timesteps)."""
         return self.num_updates * self.batch_size
 
+    @classmethod
+    def traced_fields(cls) -> tuple[str, ...]:
+        """The names of the traced fields (the leaves of `hparams()`), in declaration order."""
+        return traced_fields(cls)
+
+    def static_part(self) -> PPOConfig:
+        """This config with every traced field at its default: what fixes the compiled program."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.metadata.get("traced")}
+        return self.replace(**defaults)
+
     def replace(self, **changes) -> PPOConfig:
-        _check_names(changes)
+        _check_names(type(self), changes)
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,7 +261,7 @@ class PPOConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PPOConfig:
-        _check_names(d)
+        _check_names(cls, d)
         return cls(**d)
 
     def hparams(self, env_params=None) -> Hyperparams:
@@ -220,8 +274,8 @@ class PPOConfig:
             from fusedrl.envs import make
 
             env_params = make(self.env_id, **self.env_params)[1]
-        values = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in TRACED_FIELDS}
-        return Hyperparams(**values, env_params=env_params)
+        values = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in self.traced_fields()}
+        return Hyperparams(type(self), values, env_params)
 
 
 class _FrozenDict(dict):
@@ -236,35 +290,18 @@ class _FrozenDict(dict):
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _immutable
 
 
-_FIELDS = None
-
-
-def _field_names() -> list[str]:
-    global _FIELDS
-    if _FIELDS is None:
-        _FIELDS = [f.name for f in dataclasses.fields(PPOConfig)]
-    return _FIELDS
-
-
-def _check_names(d: Mapping[str, Any]) -> None:
-    valid = _field_names()
+def _check_names(config_cls, d: Mapping[str, Any]) -> None:
+    valid = [f.name for f in dataclasses.fields(config_cls)]
     for name in d:
         if name not in valid:
             close = difflib.get_close_matches(name, valid, n=3)
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            raise TypeError(f"PPOConfig has no field {name!r}.{hint} Valid fields: {', '.join(valid)}.")
+            raise TypeError(f"{config_cls.__name__} has no field {name!r}.{hint} Valid fields: "
+                            f"{', '.join(valid)}.")
 
 
-_dataclass_init = PPOConfig.__init__
-
-
-def _init_with_names(self, *args, **kwargs):
-    _check_names(kwargs)
-    _dataclass_init(self, *args, **kwargs)
-
-
-PPOConfig.__init__ = _init_with_names  # unknown keywords get a "did you mean" instead of a bare TypeError
-
+#: The names of PPOConfig's traced fields, in declaration order (`PPOConfig.traced_fields()`).
+TRACED_FIELDS = traced_fields(PPOConfig)
 
 _INT_FIELDS = ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches")
 _NUMBER_FIELDS = TRACED_FIELDS + ("log_std_init", "target_kl")

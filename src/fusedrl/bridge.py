@@ -4,7 +4,7 @@
 architecture of GA3C's predictor or rlstructures' `DeviceEnv`. A `gymnasium.vector.SyncVectorEnv`
 steps on the host; each step ships the observations to the device, where one jitted call
 normalises them (if asked) and samples the actions, which come back to the host. After `num_steps`
-steps the rollout goes to the fused trainer's own `PPO.learn_from_rollout` (GAE, the minibatch
+steps the rollout goes to the fused trainer's own `Trainer.learn_from_rollout` (GAE, the minibatch
 epochs and the metrics), jitted once. No PPO math lives here, and the results have the fused
 path's format: a `TrainResult` with the same metric names, each [num_updates].
 
@@ -32,7 +32,7 @@ from flax import struct
 from fusedrl.envs.host import HostEnv, HostEnvError, is_host_env_id
 from fusedrl.envs.wrappers import RunningMeanStd
 from fusedrl.train.config import Hyperparams, PPOConfig
-from fusedrl.train.ppo import PPO, RunnerState, TrainResult, Transition, typed_key
+from fusedrl.train.ppo import PPO_ALGORITHM, RunnerState, Trainer, TrainResult, Transition, typed_key
 
 # The normalisers' settings, as in fusedrl.envs.wrappers (NormalizeObservation / NormalizeReward).
 _NORM_EPS = 1e-8
@@ -79,11 +79,12 @@ def _refuse_tracers(env_id: str, *args):
         )
 
 
-class HostPPO(PPO):
+class HostPPO:
     """PPO on a host (Gymnasium) env: `train(key, hparams=None) -> TrainResult`, not jittable.
 
-    Reuses `PPO`'s network, optimiser, learning-rate schedule and `learn_from_rollout`; replaces
-    the rollout with a host loop over a Gymnasium vector env.
+    Holds a fused `Trainer` for the config and calls its network, optimiser, learning-rate schedule
+    and `learn_from_rollout`; only the rollout is its own, a host loop over a Gymnasium vector env.
+    It offers the trainer's interface (`init`, `run`, `make_env`, `obs_stats`, `default_hparams`).
 
     Args:
       config: a `PPOConfig` whose env_id starts with "gymnasium:"; `env_params` go to
@@ -101,22 +102,41 @@ class HostPPO(PPO):
             raise TypeError(f"make_train takes a PPOConfig, got {type(config).__name__}.")
         if not is_host_env_id(config.env_id):
             raise ValueError(f"HostPPO trains 'gymnasium:' env ids, got {config.env_id!r}.")
-        super().__init__(config, callback=callback, callback_every=callback_every)
+        self.trainer = Trainer(config, PPO_ALGORITHM, callback=callback, callback_every=callback_every)
+        self.config, self.callback, self.callback_every = config, callback, int(callback_every)
+        t = self.trainer
+        self.env, self.env_params, self.network = t.env, t.env_params, t.network
+        self.discrete, self.action_dim = self.trainer.discrete, self.trainer.action_dim
         assert isinstance(self.env, HostEnv)
         # One compile each per trainer; their shapes are fixed by the config.
         self._act = jax.jit(self.act)
         self._observe = jax.jit(self.observe)
         self._policy_step = jax.jit(self.policy_step)
-        self._learn = jax.jit(self.learn_host_rollout)
+        self.learn_step = jax.jit(self.learn_host_rollout)
 
-    # ------------------------------------------------------------------ not a device env
-    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None,
+    # ------------------------------------------------------------- the trainer's interface
+    def default_hparams(self) -> Hyperparams:
+        return self.trainer.default_hparams()
+
+    def check_hparams(self, hparams, *, shapes: bool = True) -> Hyperparams:
+        return self.trainer.check_hparams(hparams, shapes=shapes)
+
+    def make_optimizer(self, hparams: Hyperparams):
+        return self.trainer.make_optimizer(hparams)
+
+    def learning_rate(self, hparams: Hyperparams, update):
+        return self.trainer.learning_rate(hparams, update)
+
+    def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams):
+        return self.trainer.learn_from_rollout(state, traj, hparams)
+
+    def make_env(self, hparams: Hyperparams | None = None, *, num_envs: int | None = None, obs_stats=None,
                  evaluation: bool = False):
-        raise TypeError(
-            f"{self.config.env_id} is a Gymnasium env stepped on the host: there is no device "
-            f"vectorised env to build (fusedrl.evaluate runs on the device). Evaluate with "
-            f"fusedrl.bridge.evaluate(config, result, key, num_episodes)."
-        )
+        """The bridge's env: a Gymnasium vector env of `num_envs` envs (default: the config's), stepped
+        on the host; the caller closes it. The normalisers are not wrappers here but device state
+        (`HostEnvState`), applied by `observe`, so `obs_stats` and `evaluation` change nothing."""
+        del hparams, obs_stats, evaluation
+        return self.env.make_vec(num_envs or self.config.num_envs)
 
     def obs_stats(self, state: RunnerState, hparams: Hyperparams | None = None):
         return state.env_state.obs_stats
@@ -125,7 +145,7 @@ class HostPPO(PPO):
     def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
         """Parameters, optimiser state and fresh normalisers; `obs` is a placeholder of zeros
         until `run` resets the host envs."""
-        hparams = self._check_hparams(hparams)
+        hparams = self.check_hparams(hparams)
         c = self.config
         k_env, k_net, key = jax.random.split(typed_key(key), 3)
         del k_env  # same split as PPO.init, so the network's init key matches the fused path's
@@ -211,33 +231,38 @@ class HostPPO(PPO):
         return self.learn_from_rollout(state.replace(env_state=env_state), traj, hparams)
 
     # -------------------------------------------------------------------------- host loop
-    def run(self, state: RunnerState, hparams: Hyperparams | None = None,
-            num_updates: int | None = None) -> TrainResult:
+    def run(self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None,
+            first_update: int = 0, *, callback_extra: dict[str, Any] | None = None) -> TrainResult:
         """Trains from `state` for `num_updates` updates (default: the config's) on fresh host
         envs, seeded from `state.key`. A resumed run starts new episodes: the host envs are not
-        part of `state`. The vector env is closed on return and on error."""
+        part of `state`. The vector env is closed on return and on error. `first_update` and
+        `callback_extra` are the fused trainer's (`Trainer.run`)."""
         _refuse_tracers(self.config.env_id, state, hparams)
-        hparams = self._check_hparams(hparams)
+        hparams = self.check_hparams(hparams)
+        if num_updates is not None and (not isinstance(num_updates, int | np.integer) or num_updates < 0):
+            raise ValueError(f"num_updates must be an int >= 0 (or None: the config's "
+                             f"{self.config.num_updates}), got {num_updates!r}.")
         n = self.config.num_updates if num_updates is None else int(num_updates)
-        envs = self.env.make_vec(self.config.num_envs)
+        envs = self.make_env()
         try:
             state, episode = self.reset_envs(envs, state)
             history = []
             for i in range(n):
                 state, episode, traj = self.collect(envs, state, episode)
-                state, metrics = self._learn(state, *traj, hparams)
+                state, metrics = self.learn_step(state, *traj, hparams)
                 history.append(metrics)
-                if self.callback is not None and (i + 1) % self.callback_every == 0:
-                    self.callback(jax.device_get(metrics))
+                if self.callback is not None and (int(first_update) + i + 1) % self.callback_every == 0:
+                    self.callback(jax.device_get({**metrics, **(callback_extra or {})}))
         finally:
             envs.close()
         metrics = {k: jnp.stack([m[k] for m in history]) for k in history[0]} if history else {}
         return TrainResult(state=state, metrics=metrics, hparams=hparams)
 
-    def __call__(self, key: jax.Array, hparams: Hyperparams | None = None) -> TrainResult:
+    def __call__(self, key: jax.Array, hparams: Hyperparams | None = None, *,
+                 callback_extra: dict[str, Any] | None = None) -> TrainResult:
         _refuse_tracers(self.config.env_id, key, hparams)
-        hparams = self._check_hparams(hparams)
-        return self.run(self.init(key, hparams), hparams)
+        hparams = self.check_hparams(hparams)
+        return self.run(self.init(key, hparams), hparams, callback_extra=callback_extra)
 
     def reset_envs(self, envs, state: RunnerState):
         """Resets the host envs (seeded from `state.key`); returns (state with the first

@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl._argtypes import is_int
+from fusedrl.envs.host import is_host_env_id
 from fusedrl.envs.registry import on_register
 from fusedrl.train.config import PPOConfig
-from fusedrl.train.ppo import PPO, TrainResult, make_train
+from fusedrl.train.ppo import Trainer, TrainResult, make_train
 
 
 def evaluate(
@@ -59,6 +60,10 @@ def evaluate(
         raise TypeError(f"result must be the TrainResult that training returned (or a vmapped one), "
                         f"got {type(result).__name__}; from a run folder, use fusedrl.load or "
                         f"fusedrl.runs.evaluate_run.")
+    if is_host_env_id(config.env_id):
+        raise TypeError(f"{config.env_id} is a Gymnasium env stepped on the host, and fusedrl.evaluate runs "
+                        f"its episodes on the device. Evaluate with fusedrl.bridge.evaluate(config, result, "
+                        f"key, num_episodes).")
     _check_env_params(config, result)
     # The program reads the parameters, the env state (normaliser statistics) and the hparams, not
     # the metrics: without them, one compiled program serves a result fresh from training and the
@@ -122,7 +127,7 @@ def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
 on_register(lambda env_id: _evaluator.cache_clear())  # a replaced env: rebuild the evaluator
 
 
-def _evaluate_any(trainer: PPO, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool,
+def _evaluate_any(trainer: Trainer, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool,
                   max_steps=None):
     """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
@@ -181,12 +186,12 @@ def _layers(params) -> list[str]:
     return sorted(params["params"]) if "params" in params else sorted(params)
 
 
-def _evaluate(trainer: PPO, result: TrainResult, key, num_episodes: int, greedy: bool, max_steps=None):
+def _evaluate(trainer: Trainer, result: TrainResult, key, num_episodes: int, greedy: bool, max_steps=None):
     venv, obs, env_state, key = eval_reset(trainer, result, key, num_episodes)
     return episode_returns(trainer, result, venv, obs, env_state, key, greedy, max_steps)
 
 
-def eval_reset(trainer: PPO, result: TrainResult, key, num_episodes: int):
+def eval_reset(trainer: Trainer, result: TrainResult, key, num_episodes: int):
     """The evaluation env stack of one (unvmapped) `result`, reset as `evaluate` resets it.
 
     Returns (venv, obs, env_state, key): the key left for `episode_returns`. A caller may read the
@@ -200,7 +205,7 @@ def eval_reset(trainer: PPO, result: TrainResult, key, num_episodes: int):
     return venv, obs, env_state, key
 
 
-def episode_returns(trainer: PPO, result: TrainResult, venv, obs, env_state, key, greedy: bool,
+def episode_returns(trainer: Trainer, result: TrainResult, venv, obs, env_state, key, greedy: bool,
                     max_steps=None):
     """Each env's first-episode return [venv.num_envs] of `result`'s policy, from the reset
     (`obs`, `env_state`) of `eval_reset`: the loop `evaluate` runs. With `max_steps`, at most that

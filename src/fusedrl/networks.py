@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import flax.linen as nn
 import jax
@@ -18,21 +19,16 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.sil
 
 @jax.custom_vjp
 def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-    """x [..., n] @ w [n, m], with a weight gradient laid out for CPU matmul kernels.
+    """x [..., n] @ w [n, m], whose weight gradient is laid out for XLA:CPU's matmul kernels.
 
     Autodiff computes dL/dw = x^T g as a dot contracting the major (batch) axis of both operands,
-    which XLA's CPU backend leaves to a generic batched-dot path instead of its fast XNNPACK
-    kernels (they contract the minor axis of the left operand). On CPU the backward pass here
-    first materialises the transpose of the narrower of x [B, n] and g [B, m] (an optimisation
-    barrier keeps XLA from folding it back into the dot): x^T g when n <= m, else (g^T x)^T, whose
-    final [m, n] -> [n, m] transpose is small. Elsewhere it is the plain dot. Values are those of
-    `x @ w`; tested against autodiff in tests/test_networks.py. Measured with in-process paired
-    A/B at PureJaxRL's CartPole config on a 2-core CPU: transposing x alone gave +8-10% steps/s at
-    8 vmapped agents, none at 1 agent or 2048 envs, -2% at 64; then transposing g instead of x for
-    the narrow heads (x^T was [64, B] for a [64, 2] gradient) gave +15% at 1 agent, 0-14% at 8,
-    +10-14% at 64 and +4% at 2048 envs. Under `jax.vmap` over 7-9 agents the weight gradient of a
-    layer 64 to 127 wide also splits its contraction in two (`_splits_contraction`).
-    Being a `jax.custom_vjp`, it supports reverse-mode autodiff only (no `jax.jvp`/`jacfwd`).
+    which XLA:CPU runs on a generic path instead of its fast kernels (they contract the minor axis
+    of the left operand). The backward pass here first materialises the transpose of the narrower
+    of x [B, n] and g [B, m] (an optimisation barrier keeps XLA from folding it back into the dot):
+    x^T g when n <= m, else (g^T x)^T, whose final [m, n] -> [n, m] transpose is small. Values are
+    those of `x @ w` (tested against autodiff). Used by `Dense` only when `Tuning.cpu_weight_grad`
+    is on. Cost: being a `jax.custom_vjp`, it supports reverse-mode autodiff only (no
+    `jax.jvp`/`jax.jacfwd` through it).
     """
     return x @ w
 
@@ -44,84 +40,37 @@ def _matmul_fwd(x, w):
 def _matmul_bwd(res, g):
     x, w = res
     x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-
-    def weight_grad(x2, g2):
-        return x2.T @ g2
-
-    dw = jax.lax.platform_dependent(x2, g2, cpu=_weight_grad_cpu_batchable, default=weight_grad)
-    return g @ w.T, dw
-
-
-def _weight_grad_cpu(x2: jax.Array, g2: jax.Array) -> jax.Array:
-    """x2^T g2 ([B, n], [B, m] -> [n, m]) with the narrower operand transposed first (see `matmul`)."""
     barrier = jax.lax.optimization_barrier
     if g2.shape[-1] < x2.shape[-1]:  # narrow output (a head): transpose g, not x
-        return barrier(barrier(g2.T) @ x2).T
-    return barrier(x2.T) @ g2
-
-
-#: `jax.vmap` sizes at which the CPU weight gradient splits its contraction (`_splits_contraction`).
-SPLIT_AGENTS = range(7, 10)
-#: Only with jax 0.10: on jax 0.11.2 the split made the 8-agent trainer slower (0.933x and 0.945x,
-#: paired A/Bs), though the dot alone gained there too.
-SPLIT_JAX = jax.__version_info__ < (0, 11)
-
-
-def _splits_contraction(agents: int, rows: int, n: int, m: int) -> bool:
-    """Whether `agents` vmapped weight gradients x^T g ([rows, n], [rows, m]) run as one batched dot
-    of 2 * agents half-contractions, summed. XLA:CPU ran a batched dot with a 64-row output on one
-    thread at 2-9 batch entries and on both from 16 up (measured on 2 cores, docs/speed.md): at 8
-    agents, [64, 128] x [128, 64] took 120-128 us whole and 73-88 us split. The split paid at 7-9
-    agents on 64- to 127-wide layers with at least 128 rows, and lost elsewhere (at <= 6 or >= 10
-    agents, at 64 or 96 rows, for 32- and 256-wide layers, and on jax 0.11), so it is kept to that
-    window."""
-    return (SPLIT_JAX and agents in SPLIT_AGENTS and 64 <= n < 128 and n <= m and rows >= 128
-            and rows % 2 == 0)
-
-
-@jax.custom_batching.custom_vmap
-def _weight_grad_cpu_batchable(x2: jax.Array, g2: jax.Array) -> jax.Array:
-    """`_weight_grad_cpu`, whose batching rule (under `jax.vmap`, e.g. over seeds) sees the number
-    of agents and may split the contraction (`_splits_contraction`)."""
-    return _weight_grad_cpu(x2, g2)
-
-
-@_weight_grad_cpu_batchable.def_vmap
-def _weight_grad_cpu_vmap(axis_size, in_batched, x2, g2):
-    rows, n = x2.shape[-2:]
-    m = g2.shape[-1]
-    if not _splits_contraction(axis_size, rows, n, m):  # an unbatched operand stays unbatched
-        in_axes = tuple(0 if batched else None for batched in in_batched)
-        return jax.vmap(_weight_grad_cpu, in_axes=in_axes)(x2, g2), True
-
-    def halves(a, batched):
-        a = a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
-        return a.reshape(axis_size, 2, rows // 2, a.shape[-1])
-
-    x2, g2 = (halves(a, b) for a, b in zip((x2, g2), in_batched, strict=True))
-    return jax.vmap(jax.vmap(_weight_grad_cpu))(x2, g2).sum(axis=1), True
+        dw = barrier(barrier(g2.T) @ x2).T
+    else:
+        dw = barrier(x2.T) @ g2
+    return g @ w.T, dw
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
 class Dense(nn.Module):
-    """`flax.linen.Dense` (same parameters: kernel [n, m], bias [m]) computed with `matmul`."""
+    """`flax.linen.Dense` (same parameters: kernel [n, m], bias [m]); with `cpu_weight_grad`, its
+    product is `matmul`, whose weight gradient suits XLA:CPU."""
 
     features: int
     kernel_init: Callable = nn.initializers.lecun_normal()
     bias_init: Callable = nn.initializers.zeros
+    cpu_weight_grad: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
         bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
-        y = matmul(x, kernel)
+        y = matmul(x, kernel) if self.cpu_weight_grad else x @ kernel
         return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))  # no implicit rank promotion
 
 
-def _dense(features: int, scale: float, name: str) -> Dense:
-    return Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros, name=name)
+def _dense(features: int, scale: float, name: str, cpu_weight_grad: bool) -> Dense:
+    return Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros,
+                 cpu_weight_grad=cpu_weight_grad, name=name)
 
 
 class ActorCritic(nn.Module):
@@ -134,6 +83,7 @@ class ActorCritic(nn.Module):
       hidden_sizes: widths of the hidden layers of each torso.
       activation: a key of ACTIVATIONS.
       log_std_init: the initial log-std of the Gaussian policy (unused when discrete).
+      cpu_weight_grad: the layers' weight gradients in XLA:CPU's layout (`Tuning.cpu_weight_grad`).
     """
 
     action_dim: int
@@ -141,15 +91,17 @@ class ActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     log_std_init: float = 0.0
+    cpu_weight_grad: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
         hidden_scale = float(np.sqrt(2.0))
+        dense = partial(_dense, cpu_weight_grad=self.cpu_weight_grad)
         x = obs
         for i, width in enumerate(self.hidden_sizes):
-            x = act(_dense(width, hidden_scale, f"actor_{i}")(x))
-        head = _dense(self.action_dim, 0.01, "actor_head")(x)
+            x = act(dense(width, hidden_scale, f"actor_{i}")(x))
+        head = dense(self.action_dim, 0.01, "actor_head")(x)
         if self.discrete:
             pi = Categorical(logits=head)
         else:
@@ -158,8 +110,8 @@ class ActorCritic(nn.Module):
             pi = DiagGaussian(mean=head, log_std=log_std)
         v = obs
         for i, width in enumerate(self.hidden_sizes):
-            v = act(_dense(width, hidden_scale, f"critic_{i}")(v))
-        value = _dense(1, 1.0, "critic_head")(v)[..., 0]
+            v = act(dense(width, hidden_scale, f"critic_{i}")(v))
+        value = dense(1, 1.0, "critic_head")(v)[..., 0]
         return pi, value
 
 
@@ -183,7 +135,7 @@ def network_module(path: str) -> str:
 
 
 def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[int, ...],
-                  obs_example: jax.ShapeDtypeStruct) -> nn.Module:
+                  obs_example: jax.ShapeDtypeStruct, cpu_weight_grad: bool = False) -> nn.Module:
     """The trainer's network: `ActorCritic` from the config, or the module `config.network` builds.
 
     `config.network = "module:function"` imports `module` (from the Python path; the command-line
@@ -196,11 +148,14 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     `[B, action_dim]` and log_std `[action_dim]` (or `[B, action_dim]`); `value` `[B]`. This is
     checked here, by tracing one call (no compile). Use `fusedrl.initializers.orthogonal`, not
     flax's, for orthogonal weights: flax's uses a QR decomposition, which has deadlocked XLA's CPU
-    thread pool under `jax.vmap` on 2 cores (the README's "Safe on small CPUs").
+    thread pool under `jax.vmap` on 2 cores.
+
+    `cpu_weight_grad` (`Tuning.cpu_weight_grad`) applies to the built-in network only.
     """
     if config.network is None:
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
-                           activation=config.activation, log_std_init=float(config.log_std_init))
+                           activation=config.activation, log_std_init=float(config.log_std_init),
+                           cpu_weight_grad=cpu_weight_grad)
     import importlib
 
     path = config.network

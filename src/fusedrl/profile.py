@@ -116,7 +116,7 @@ def _random_actions(space, key, n: int):
 
 def _policy_scan(trainer, num_steps: int, values_after_loop: bool = False):
     """num_steps policy calls in one jitted scan; obs drift slightly so nothing is hoisted. With
-    `values_after_loop` (the fused rollout's choice, `PPO.values_after_loop`), as in the rollout:
+    `values_after_loop` (the fused rollout's choice, `Trainer.values_after_loop`), as in the rollout:
     the actor in the loop, the values in one batched call over its observations after it."""
 
     def fn(params, obs, key):
@@ -159,7 +159,7 @@ def profile_fused(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
 
         return jax.lax.scan(step, env_state, jax.random.split(key, c.num_steps))
 
-    policy = _policy_scan(trainer, c.num_steps, trainer.values_after_loop(c.num_envs))
+    policy = _policy_scan(trainer, c.num_steps, trainer.values_after_loop)
     advantages = jax.jit(trainer.advantages)
     learn = jax.jit(trainer.learn)
 
@@ -202,19 +202,19 @@ def profile_bridge(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
         # Warm-up: compiles every jitted piece and fills the episode pipeline.
         state, episode, traj = trainer.collect(envs, state, episode)
         state0 = state
-        jax.block_until_ready(trainer._learn(state, *traj, hp))
+        jax.block_until_ready(trainer.learn_step(state, *traj, hp))
 
         unprobed, probes, learn_times = [], [], []
         for _ in range(repeats):
             t = time.perf_counter()
             state, episode, traj = trainer.collect(envs, state0, episode)
-            jax.block_until_ready(trainer._learn(state, *traj, hp))
+            jax.block_until_ready(trainer.learn_step(state, *traj, hp))
             unprobed.append(time.perf_counter() - t)
             probe = Probe()
             t = time.perf_counter()
             state, episode, traj = trainer.collect(envs, state0, episode, probe=probe)
             collected = time.perf_counter()
-            jax.block_until_ready(trainer._learn(state, *traj, hp))
+            jax.block_until_ready(trainer.learn_step(state, *traj, hp))
             learn_times.append(time.perf_counter() - collected)
             probe.seconds["total"] = time.perf_counter() - t
             probes.append(probe.seconds)

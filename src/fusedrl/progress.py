@@ -28,12 +28,12 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from fusedrl.train.ppo import PPO, has_episode
+from fusedrl.train.ppo import PPO_ALGORITHM, Trainer, has_episode
 
 SEED_AXIS = "seed"  # the axis name `jax.vmap` must use for `SeedTaggedPPO`
 
 
-class SeedTaggedPPO(PPO):
+class SeedTaggedPPO(Trainer):
     """PPO whose callback metrics carry `"seed"`: `first_seed` plus the index along the vmapped
     `SEED_AXIS` (`PPO.run`'s `callback_extra`; the result's metrics are the plain trainer's).
 
@@ -42,8 +42,11 @@ class SeedTaggedPPO(PPO):
     (`fusedrl.runs`: one host thread per core, each with a vmap of its share).
     """
 
+    def __init__(self, config, **kwargs):
+        super().__init__(config, PPO_ALGORITHM, **kwargs)
+
     def __call__(self, key, hparams=None, first_seed=0):
-        hparams = self._check_hparams(hparams)
+        hparams = self.check_hparams(hparams)
         return self.run_seeds(self.init(key, hparams), hparams, first_seed=first_seed)
 
     def run_seeds(self, state, hparams=None, num_updates=None, first_update=0, first_seed=0):

@@ -1,0 +1,92 @@
+"""The rollout: `num_steps` steps of the vectorised envs under the current policy.
+
+One pure function, `rollout`, shared by every on-policy algorithm. It returns the batch of
+transitions [T, N] that the algorithm's targets and loss consume (`Transition`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+
+from fusedrl.train.tuning import Tuning
+
+
+class Transition(NamedTuple):
+    """One rollout step of N envs; the rollout stacks these to [T, N, ...]."""
+
+    obs: jax.Array  # [N, obs_dim] observation acted on
+    action: jax.Array  # [N] or [N, act_dim]
+    log_prob: jax.Array  # [N]
+    value: jax.Array  # [N] V(obs)
+    reward: jax.Array  # [N] (normalised if normalize_reward)
+    terminated: jax.Array  # [N] bool
+    done: jax.Array  # [N] bool, terminated | truncated
+    next_obs: jax.Array  # [N, obs_dim] observation after the step, before any auto-reset
+    episode_done: jax.Array  # [N] bool, an episode completed here (for statistics)
+    episode_return: jax.Array  # [N] raw return of that episode, 0 elsewhere
+    episode_length: jax.Array  # [N] its length, 0 elsewhere
+
+
+def batched_values(apply_fn: Callable, params, obs: jax.Array) -> jax.Array:
+    """V of [T, N, ...] observations, [T, N], in one network call over them flattened to [T * N, ...]
+    (the network takes a batch, and a user's may read its size from obs.shape[0])."""
+    num_steps, num_envs = obs.shape[:2]
+    flat_obs = obs.reshape((num_steps * num_envs,) + obs.shape[2:])
+    return apply_fn(params, flat_obs)[1].reshape(num_steps, num_envs)
+
+
+def rollout(apply_fn: Callable, params, venv, env_state, obs: jax.Array, env_params: Any, key: jax.Array,
+            *, num_steps: int, noise: Callable, tuning: Tuning, values_after_loop: bool):
+    """Steps the envs `num_steps` times with the policy `apply_fn(params, obs) -> (pi, value)`.
+
+    All of the rollout's randomness comes in a few large draws before the step loop: the action
+    sampling noise (`noise(key, num_steps)`, from the policy distribution's `noise`) and, when the
+    env finds it worth it, the envs' reset states and step keys (`venv.rollout_draws`). Inside the
+    loop there are no random numbers and no branches (see `fusedrl.envs.vector`).
+
+    With `values_after_loop` the loop runs only the actor (XLA drops the unused critic) and V of
+    the [T, N] observations comes from one batched call after it.
+
+    Returns:
+      (env_state, obs, traj): the envs' state and observations after the last step, and the
+      `Transition`s stacked to [T, N, ...].
+    """
+
+    def step(carry, xs):
+        env_state, obs = carry
+        eps, draws = xs
+        pi, value = apply_fn(params, obs)
+        action = pi.sample_from_noise(eps)
+        next_obs, env_state, reward, terminated, truncated, info = venv.step(
+            env_state, action, env_params, draws)
+        t = Transition(
+            obs=obs,
+            action=action,
+            log_prob=pi.log_prob(action),
+            value=None if values_after_loop else value,
+            reward=reward,
+            terminated=terminated,
+            done=terminated | truncated,
+            next_obs=info["final_observation"],
+            episode_done=info["episode_done"],
+            episode_return=info["episode_return"],
+            episode_length=info["episode_length"],
+        )
+        return (env_state, next_obs), t
+
+    k_noise, k_env = jax.random.split(key)
+    draws = None  # TEMP until envfix lands venv.rollout_draws
+    if venv.predraw_bytes(env_params, num_steps) <= tuning.predraw_max_bytes:
+        draws = venv.predraw(k_env, env_params, num_steps)
+    (env_state, obs), traj = jax.lax.scan(
+        step, (env_state, obs), (noise(k_noise, num_steps), draws), unroll=tuning.rollout_unroll
+    )
+    if values_after_loop:
+        traj = traj._replace(value=batched_values(apply_fn, params, traj.obs))
+    return env_state, obs, traj
+
+
+__all__ = ["Transition", "batched_values", "rollout"]

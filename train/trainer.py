@@ -1,0 +1,505 @@
+"""The one training skeleton every on-policy algorithm runs on.
+
+One update is
+
+    rollout (train/rollout.py) -> [T, N] Transitions -> targets (the algorithm's: e.g. GAE)
+      -> flat Batch -> epochs of minibatch optimiser steps on the algorithm's loss (train/update.py)
+
+and a run is a `lax.scan` of updates. An algorithm is an `Algorithm`: a few pure parts (targets,
+loss, optimiser) that `Trainer` composes; nothing else of the loop is per algorithm. docs/design.md
+draws the data flow.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from fusedrl._argtypes import is_int
+from fusedrl.distributions import Categorical, DiagGaussian
+from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
+from fusedrl.envs import wrappers as W
+from fusedrl.networks import ActorCritic, build_network
+from fusedrl.train.config import Hyperparams
+from fusedrl.train.losses import Batch, LossStats, explained_variance
+from fusedrl.train.rollout import Transition, batched_values, rollout
+from fusedrl.train.tuning import Tuning, resolve_tuning
+from fusedrl.train.update import minibatch_epochs
+
+METRIC_NAMES = (
+    "episode_return",
+    "episode_length",
+    "episodes_completed",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_fraction",
+    "gradient_steps",
+    "explained_variance",
+    "learning_rate",
+    "env_steps",
+)
+
+#: Metrics that are means over the episodes completed in an update (see `TrainResult`).
+EPISODE_METRICS = ("episode_return", "episode_length")
+
+
+def typed_key(key: jax.Array) -> jax.Array:
+    """`key` as a typed PRNG key: a legacy uint32 key (`jax.random.PRNGKey`) is wrapped, with the
+    same random streams, so every state holds typed keys (and checkpoints restore them)."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(key)
+
+
+def has_episode(metrics: Mapping[str, Any]):
+    """Whether each update's episode statistics (in metrics arrays, or one logged row) come from a
+    completed episode: False before the first (where they are 0.0, with `episode_length` 0, which
+    no completed episode has). True where `episode_length` is not recorded."""
+    return np.asarray(metrics.get("episode_length", 1)) > 0
+
+
+def episode_values(metrics: Mapping[str, Any], name: str) -> np.ndarray:
+    """`metrics[name]` as float64, NaN where it is no episode's statistic (`has_episode` False);
+    other metrics unchanged. For summaries and plots: `np.nanmax`, gaps in curves."""
+    values = np.asarray(metrics[name], np.float64)
+    if name in EPISODE_METRICS:
+        values = np.where(has_episode(metrics), values, np.nan)
+    return values
+
+
+@struct.dataclass
+class RunnerState:
+    """Everything a run carries from one update to the next (and what a checkpoint saves)."""
+
+    params: Any  # network parameters
+    opt_state: Any  # optax state (its step count drives the learning-rate schedule)
+    env_state: Any  # wrapped VecEnv state: env states, reset pool, normaliser statistics, env key
+    obs: jax.Array  # [N, obs_dim] float32 current observations
+    key: jax.Array  # PRNG key for actions and minibatch shuffling
+    update: jax.Array  # [] int32 updates completed
+    last_return: jax.Array  # [] float32 mean return of the latest update that completed an episode
+    last_length: jax.Array  # [] float32 its mean length
+
+
+@struct.dataclass
+class TrainResult:
+    """Final state of a run and its per-update metrics (each metric [num_updates]).
+
+    `episode_return` and `episode_length` are means over the episodes that completed during the
+    update (`episodes_completed`); an update in which none did repeats the latest update that had
+    one, and updates before the first completed episode report 0.0, marked by `episode_length` 0
+    (a completed episode has length >= 1). Never NaN.
+    """
+
+    state: RunnerState
+    metrics: dict[str, jax.Array]
+    hparams: Hyperparams
+
+    @property
+    def params(self):
+        return self.state.params
+
+
+class Algorithm(NamedTuple):
+    """The parts that make an on-policy algorithm; `Trainer` supplies everything else.
+
+    targets: `targets(traj, v_next, hparams) -> (advantage, target)`, each [T, N], from the [T, N]
+      rollout `traj` and V of its next observations `v_next` [T, N] (before any auto-reset).
+    loss: `loss(config, apply_fn, hparams, normalize_adv) -> loss_fn`, where
+      `loss_fn(params, batch=Batch) -> (scalar loss, LossStats)`.
+    optimizer: `optimizer(config, hparams) -> optax.GradientTransformation`.
+    learning_rate: `learning_rate(config, hparams, update) -> lr` in effect at the start of update
+      `update` (0-based), as the optimiser applies it (reported in the metrics).
+    epochs, minibatches: `epochs(config)`, `minibatches(config)`: the update's loop sizes.
+    """
+
+    targets: Callable[[Transition, jax.Array, Hyperparams], tuple[jax.Array, jax.Array]]
+    loss: Callable[..., Callable[..., tuple[jax.Array, LossStats]]]
+    optimizer: Callable[[Any, Hyperparams], optax.GradientTransformation]
+    learning_rate: Callable[[Any, Hyperparams, jax.Array], jax.Array]
+    epochs: Callable[[Any], int]
+    minibatches: Callable[[Any], int]
+
+
+class Trainer:
+    """The train function `make_train` returns: `train(key, hparams=None) -> TrainResult`.
+
+    Also exposes the pieces for resuming and inspection: `init(key, hparams)` builds a
+    `RunnerState`; `run(state, hparams, num_updates)` continues training from one; `update_step`
+    is one update; `make_env` the wrapped vectorised env.
+
+    Args:
+      config: a validated algorithm config (e.g. `PPOConfig`).
+      algorithm: its parts (`Algorithm`).
+      callback: optional host function `callback(metrics: dict[str, np.ndarray])`, called every
+        `callback_every` updates from inside the jitted run via `jax.debug.callback`. Under vmap
+        it is called once per run, in no guaranteed order: pass `callback_extra={"seed": ...}` at
+        the vmap site to tell the runs apart. Off by default: no host transfer.
+      callback_every: updates between callbacks.
+      axis_name: data parallelism (`fusedrl.data_parallel_train`): the name of a mapped axis
+        (`shard_map`/`vmap`) over which shards of one agent run. Each shard steps its own envs with
+        its own randomness; gradients and advantage-normalisation statistics are averaged over the
+        axis (`lax.pmean`), and the observation and reward normalisers pool the shards' samples, so
+        parameters and normaliser statistics stay identical on every shard. None: a plain agent.
+      tuning: the speed choices (`fusedrl.train.tuning.Tuning`); default: `resolve_tuning` for the
+        default backend and this config's sizes.
+    """
+
+    def __init__(self, config, algorithm: Algorithm, *,
+                 callback: Callable[[dict[str, Any]], None] | None = None, callback_every: int = 1,
+                 axis_name: str | None = None, tuning: Tuning | None = None):
+        check_callback(callback, callback_every)
+        if tuning is not None and not isinstance(tuning, Tuning):
+            raise TypeError(f"tuning must be a fusedrl.train.tuning.Tuning (or None), got "
+                            f"{type(tuning).__name__}.")
+        self.config = config
+        self.algorithm = algorithm
+        self.callback = callback
+        self.callback_every = int(callback_every)
+        self.axis_name = axis_name
+        self.env, self.env_params = make(config.env_id, **config.env_params)
+        _check_observation_space(config.env_id, self.env, self.env_params)
+        act_space = self.env.action_space(self.env_params)
+        if isinstance(act_space, Discrete):
+            self.discrete, self.action_dim = True, int(act_space.n)
+        elif isinstance(act_space, Box) and len(act_space.shape) == 1:
+            self.discrete, self.action_dim = False, int(act_space.shape[0])
+            _warn_bounds_exclude_zero(config.env_id, act_space)
+        else:
+            raise ValueError(f"{config.env_id}: the trainer supports Discrete and 1-D Box action spaces, "
+                             f"got {space_info(act_space)}.")
+        if tuning is None:
+            tuning = resolve_tuning(jax.default_backend(), num_envs=config.num_envs,
+                                    batch_size=config.num_envs * config.num_steps)
+        self.tuning = tuning
+        obs_shape = tuple(getattr(self.env.observation_space(self.env_params), "shape", None) or ())
+        flat = (min(config.num_envs, 2), int(np.prod(obs_shape, dtype=np.int64)))  # FlattenObservation's
+        self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
+                                     obs_shape=obs_shape, obs_example=jax.ShapeDtypeStruct(flat, jnp.float32),
+                                     cpu_weight_grad=tuning.cpu_weight_grad)
+        # A user's network may share its torso between actor and critic: its values always come
+        # from the rollout's own calls.
+        self.values_after_loop = tuning.values_after_loop and isinstance(self.network, ActorCritic)
+
+    # ----------------------------------------------------------------------------------- pieces
+    def default_hparams(self) -> Hyperparams:
+        return self.config.hparams(self.env_params)
+
+    def make_env(self, hparams: Hyperparams, *, num_envs: int | None = None, obs_stats=None,
+                 evaluation: bool = False):
+        """The wrapped vectorised env (built per call: reward normalisation uses traced gamma).
+
+        With `evaluation` (or `obs_stats`, a `RunningMeanStd`) it is the evaluation stack instead:
+        observations are normalised with the frozen `obs_stats` and rewards are left alone.
+        """
+        c = self.config
+        training = obs_stats is None and not evaluation
+        venv = W.EpisodeStatistics(VecEnv(self.env, num_envs or c.num_envs))
+        venv = W.FlattenObservation(venv)
+        if not self.discrete:
+            venv = W.ClipAction(venv)
+        if c.normalize_reward and training:
+            venv = W.NormalizeReward(venv, gamma=hparams.gamma, axis_name=self.axis_name)
+        if c.normalize_obs:
+            axis_name = self.axis_name if training else None
+            venv = W.NormalizeObservation(venv, update=training, stats=obs_stats, axis_name=axis_name)
+        return venv
+
+    def obs_stats(self, state: RunnerState, hparams: Hyperparams | None = None):
+        """The observation normaliser's statistics in `state` (None without normalize_obs)."""
+        if not self.config.normalize_obs:
+            return None
+        # `hparams` only shapes the wrapper stack here: a vmapped result's (leaves [num_seeds]) fits
+        # its vmapped state, so it is not held to one run's shapes as train/init/run hold it.
+        hparams = self.check_hparams(hparams, shapes=False)
+        venv = self.make_env(hparams)
+        return W.find_wrapper_state(venv, state.env_state, W.NormalizeObservation).obs_stats
+
+    def make_optimizer(self, hparams: Hyperparams) -> optax.GradientTransformation:
+        return self.algorithm.optimizer(self.config, hparams)
+
+    def learning_rate(self, hparams: Hyperparams, update: jax.Array) -> jax.Array:
+        """The learning rate in effect at the start of update `update` (0-based)."""
+        return self.algorithm.learning_rate(self.config, hparams, update)
+
+    def check_hparams(self, hparams, *, shapes: bool = True) -> Hyperparams:
+        """`hparams`, or the config's defaults for None; refuses another type (and, with `shapes`,
+        leaves not shaped for one run)."""
+        if hparams is None:
+            return self.default_hparams()
+        if not isinstance(hparams, Hyperparams):
+            raise TypeError(
+                f"hparams must be a fusedrl Hyperparams (config.hparams() or train.default_hparams()), "
+                f"got {type(hparams).__name__}."
+            )
+        if shapes:
+            _check_hparams_shapes(hparams, self.default_hparams())
+        return hparams
+
+    def noise(self, key: jax.Array, num_steps: int) -> jax.Array:
+        """The rollout's action-sampling noise for `num_steps` steps of the configured envs."""
+        dist = Categorical if self.discrete else DiagGaussian
+        return dist.noise(key, (num_steps, self.config.num_envs, self.action_dim))
+
+    # ------------------------------------------------------------------------------------ init
+    def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
+        hparams = self.check_hparams(hparams)
+        k_env, k_net, key = jax.random.split(typed_key(key), 3)
+        if self.axis_name is not None:  # data parallel: shard-specific envs and actions, shared params
+            shard = jax.lax.axis_index(self.axis_name)
+            k_env, key = jax.random.fold_in(k_env, shard), jax.random.fold_in(key, shard)
+        venv = self.make_env(hparams)
+        obs, env_state = venv.reset(k_env, hparams.env_params)
+        params = self.network.init(k_net, obs[:1])
+        opt_state = self.make_optimizer(hparams).init(params)
+        zero = jnp.zeros((), jnp.float32)
+        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero)
+
+    # ---------------------------------------------------------------------------------- update
+    def rollout(self, state: RunnerState, hparams: Hyperparams, venv, key: jax.Array):
+        """`num_steps` steps of the fused envs with the current policy: (state, [T, N] Transitions)."""
+        env_state, obs, traj = rollout(
+            self.network.apply, state.params, venv, state.env_state, state.obs, hparams.env_params, key,
+            num_steps=self.config.num_steps, noise=self.noise, tuning=self.tuning,
+            values_after_loop=self.values_after_loop,
+        )
+        return state.replace(env_state=env_state, obs=obs), traj
+
+    def values(self, params, obs: jax.Array) -> jax.Array:
+        """V of [T, N, ...] observations, [T, N]."""
+        return batched_values(self.network.apply, params, obs)
+
+    def advantages(self, params, traj: Transition, hparams: Hyperparams):
+        """The algorithm's (advantages, targets), each [T, N], of a [T, N] rollout."""
+        return self.algorithm.targets(traj, self.values(params, traj.next_obs), hparams)
+
+    def learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key: jax.Array):
+        """The update's optimiser steps on a flat batch [B, ...]: (params, opt_state, loss statistics'
+        means, steps taken); see `fusedrl.train.update.minibatch_epochs`."""
+        c, algo = self.config, self.algorithm
+        normalize_adv = getattr(c, "normalize_adv", False)
+        across = self.axis_name if normalize_adv and self.axis_name is not None else None
+        loss_fn = algo.loss(c, self.network.apply, hparams, normalize_adv and across is None)
+        return minibatch_epochs(
+            loss_fn, self.make_optimizer(hparams), params, opt_state, batch, key,
+            epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=getattr(c, "target_kl", None),
+            normalize_adv_across=across, axis_name=self.axis_name, shuffle_ahead=self.tuning.shuffle_ahead,
+        )
+
+    def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
+        """One update: a rollout of the fused envs, then `learn_from_rollout`."""
+        key, k_roll = jax.random.split(state.key)
+        state, traj = self.rollout(state.replace(key=key), hparams, venv, k_roll)
+        return self.learn_from_rollout(state, traj, hparams)
+
+    def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams):
+        """Targets, the optimiser steps and this update's metrics from a [T, N] rollout, wherever it
+        came from (the fused envs or the host bridge).
+
+        Returns (state with new params/opt_state/key/update counter, metrics dict of scalars).
+        """
+        key, k_learn = jax.random.split(state.key)
+        adv, targets = self.advantages(state.params, traj, hparams)
+        num_steps, num_envs = traj.reward.shape
+
+        def flat(x):
+            return x.reshape((num_steps * num_envs,) + x.shape[2:])
+
+        batch = Batch(obs=flat(traj.obs), action=flat(traj.action), log_prob=flat(traj.log_prob),
+                      value=flat(traj.value), advantage=flat(adv), target=flat(targets))
+        params, opt_state, stats, steps = self.learn(state.params, state.opt_state, batch, hparams, k_learn)
+        ret, length, n_done = _episode_statistics(traj, state.last_return, state.last_length)
+        update = state.update + 1
+        metrics = {
+            "episode_return": ret,
+            "episode_length": length,
+            "episodes_completed": n_done,
+            **stats._asdict(),
+            "gradient_steps": steps,
+            "explained_variance": explained_variance(batch.value, batch.target),
+            "learning_rate": jnp.asarray(self.learning_rate(hparams, state.update), jnp.float32),
+            "env_steps": update * (num_steps * num_envs),
+        }
+        state = state.replace(params=params, opt_state=opt_state, key=key, update=update,
+                              last_return=ret.astype(jnp.float32), last_length=length.astype(jnp.float32))
+        return state, metrics
+
+    # ------------------------------------------------------------------------------------- run
+    def run(self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None,
+            first_update: int = 0, *, callback_extra: Mapping[str, Any] | None = None) -> TrainResult:
+        """Continues training from `state` for `num_updates` updates (default: the config's).
+
+        `first_update` (an int, possibly traced): the index of the first of them in the whole run,
+        so that a run continued in pieces calls back on the same updates as one run would.
+        `callback_extra`: arrays (possibly traced, e.g. a seed index mapped by `jax.vmap`) added to
+        the metrics the callback receives, not to the result's.
+
+        Updates past the config's `num_updates` (a state at its end, or a larger `num_updates`)
+        run, but with `anneal_lr` their learning rate is 0 (the schedule ends at the budget), so
+        they leave the parameters as they are: raise `total_timesteps` to train longer.
+        """
+        hparams = self.check_hparams(hparams)
+        if num_updates is not None and (not is_int(num_updates) or num_updates < 0):
+            raise ValueError(f"num_updates must be an int >= 0 (or None: the config's "
+                             f"{self.config.num_updates}), got {num_updates!r}.")
+        n = self.config.num_updates if num_updates is None else int(num_updates)
+        venv = self.make_env(hparams)
+
+        def body(state, i):
+            state, metrics = self.update_step(state, hparams, venv)
+            if self.callback is not None:
+                # `i` comes from the scan's xs, so it is never batched by vmap and the cond stays a
+                # real branch: the host is called every `callback_every` updates, not every update.
+                jax.lax.cond(
+                    (i + 1) % self.callback_every == 0,
+                    lambda m: jax.debug.callback(self.callback, m),
+                    lambda m: None,
+                    {**metrics, **(callback_extra or {})},
+                )
+            return state, metrics
+
+        index = jnp.asarray(first_update, jnp.int32) + jnp.arange(n, dtype=jnp.int32)
+        state, metrics = jax.lax.scan(body, state, index)
+        return TrainResult(state=state, metrics=metrics, hparams=hparams)
+
+    def __call__(self, key: jax.Array, hparams: Hyperparams | None = None, *,
+                 callback_extra: Mapping[str, Any] | None = None) -> TrainResult:
+        hparams = self.check_hparams(hparams)
+        return self.run(self.init(key, hparams), hparams, callback_extra=callback_extra)
+
+
+def _episode_statistics(traj: Transition, last_return: jax.Array, last_length: jax.Array):
+    """(mean return, mean length, count) of the episodes that completed during the rollout. When
+    none did, the latest update's that had one (the count 0 says so), never NaN; before the first,
+    0.0 with length 0, which no completed episode has."""
+    n_done = traj.episode_done.sum()
+    has = n_done > 0
+    denom = jnp.maximum(n_done, 1).astype(jnp.float32)
+    ret = jnp.where(has, jnp.sum(traj.episode_return * traj.episode_done) / denom, last_return)
+    length = jnp.where(has, jnp.sum(traj.episode_length * traj.episode_done) / denom, last_length)
+    return ret, length, n_done.astype(jnp.int32)
+
+
+def check_callback(callback, callback_every) -> None:
+    """Raises the error `make_train` raises for a `callback` that is not callable (or None) or a
+    `callback_every` that is not an int >= 1."""
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function of the metrics dict (or None), got {callback!r}.")
+    if not is_int(callback_every) or callback_every < 1:
+        raise ValueError(f"callback_every must be an int >= 1, got {callback_every!r}.")
+
+
+def linear_anneal(count, lr, steps_per_update, num_updates):
+    """PureJaxRL's schedule: lr * (1 - update / num_updates), constant within an update; clamped at
+    0, so a run resumed past its budget keeps lr at 0 instead of going negative."""
+    frac = jnp.maximum(1.0 - (count // steps_per_update) / num_updates, 0.0)
+    return lr * frac
+
+
+def adam(config, hparams: Hyperparams, *, steps_per_update: int) -> optax.GradientTransformation:
+    """Adam (eps 1e-5) after a global-norm clip, with the config's learning rate, linearly annealed
+    per update with `anneal_lr`. `optax.flatten` runs both on one vector instead of a dozen small
+    parameter leaves (fewer, larger kernels)."""
+    if config.anneal_lr:
+        lr = partial(linear_anneal, lr=hparams.lr, steps_per_update=steps_per_update,
+                     num_updates=config.num_updates)
+    else:
+        lr = hparams.lr
+    return optax.flatten(optax.chain(optax.clip_by_global_norm(hparams.max_grad_norm),
+                                     optax.adam(learning_rate=lr, eps=1e-5)))
+
+
+def _check_hparams_shapes(hparams: Hyperparams, default: Hyperparams) -> None:
+    """Trace-time check (static shapes, no runtime cost) that every leaf of one run's `hparams` has
+    the shape of the default's (a scalar for every hyperparameter). Under `jax.vmap` the leaves
+    are seen per run, so a leading vmapped axis passes; an unbatched array of values does not, and
+    would otherwise fail later as an opaque broadcasting error (or, for shape (1,), silently give
+    metrics of shape [num_updates, 1])."""
+    got = jax.tree_util.tree_leaves_with_path(hparams)
+    want = jax.tree.leaves(default)
+    if len(got) != len(want):
+        raise TypeError(
+            f"hparams has {len(got)} leaves, the defaults {len(want)}: build it from "
+            f"config.hparams() (or train.default_hparams()) with .replace(...)."
+        )
+    for (path, g), w in zip(got, want, strict=True):
+        if jnp.shape(g) != jnp.shape(w):
+            name = jax.tree_util.keystr(path).lstrip(".")
+            field = name.split(".")[-1]
+            axes = "axes = jax.tree.map(lambda _: None, hparams)"
+            axes += (f"; axes = axes.replace(env_params=axes.env_params.replace({field}=0))" if "." in name
+                     else f".replace({field}=0)")
+            raise ValueError(
+                f"hparams.{name} has shape {jnp.shape(g)}, expected {jnp.shape(w)} for one run. To train "
+                f"several values at once, vmap over them: jax.vmap(train, in_axes=(None, axes)) with "
+                f"{axes} (in_axes=(0, axes) for a seed each too), or fusedrl.sweep(config, {field}=[...])."
+            )
+
+
+def _check_observation_space(env_id: str, env, params) -> None:
+    """The MLP takes one array per observation: a Dict or Tuple observation space is refused here
+    (its observations failed later, inside the flattening wrapper, as an opaque numpy error)."""
+    try:
+        space = env.observation_space(params)
+    except NotImplementedError:  # gymnax's default: the observations' own shape is used
+        return
+    if not hasattr(space, "shape"):
+        raise ValueError(
+            f"{env_id}: the networks take one array per observation (a Box observation space), got "
+            f"a {type(space).__name__} observation space. Return one array from reset_env and step_env "
+            f"(e.g. jnp.concatenate of the parts, flattened) and describe it with a Box."
+        )
+
+
+_WARNED_BOUNDS: set[tuple[str, str]] = set()
+
+
+def _warn_bounds_exclude_zero(env_id: str, space) -> None:
+    """Warns when a Box action space's bounds leave out 0 in some dimension. The Gaussian policy
+    starts at mean 0 and its actions are clipped to the bounds (not rescaled to them), so there more
+    than half of the early actions land on one bound, where the reward does not change with the
+    action: such a dimension barely learns (its mean stays near 0, its greedy action on the bound)."""
+    try:
+        low = np.broadcast_to(np.asarray(space.low, np.float64), space.shape)
+        high = np.broadcast_to(np.asarray(space.high, np.float64), space.shape)
+    except (TypeError, jax.errors.ConcretizationTypeError):  # bounds traced from params: not known here
+        return
+    outside = [i for i in range(low.size) if not low[i] <= 0.0 <= high[i]]
+    bounds = ", ".join(f"{i}: [{low[i]:g}, {high[i]:g}]" for i in outside)
+    if outside and (env_id, bounds) not in _WARNED_BOUNDS:  # once per process: every trainer made warned
+        _WARNED_BOUNDS.add((env_id, bounds))
+        warnings.warn(
+            f"{env_id}: the Box action space leaves out 0 in dimension(s) {bounds}. The Gaussian policy "
+            f"starts at mean 0 and its actions are clipped to the bounds, not rescaled, so most early "
+            f"actions land on a bound and the policy barely learns there. Declare "
+            f"Box(-1.0, 1.0, shape) and map the action to your range in step_env "
+            f"(low + (action + 1) / 2 * (high - low)).",
+            UserWarning,
+            stacklevel=4,  # the caller of make_train (_warn, Trainer.__init__, make_train)
+        )
+
+
+__all__ = [
+    "EPISODE_METRICS",
+    "METRIC_NAMES",
+    "Algorithm",
+    "RunnerState",
+    "TrainResult",
+    "Trainer",
+    "adam",
+    "check_callback",
+    "episode_values",
+    "has_episode",
+    "linear_anneal",
+    "typed_key",
+]
