@@ -101,7 +101,8 @@ def test_the_notebooks_extra_installs_what_they_need():
     import sys
     import tomllib
 
-    project = tomllib.loads((NOTEBOOKS[0].parents[1] / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pyproject = NOTEBOOKS[0].parents[1] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     extra = _requirement_names(project["optional-dependencies"]["notebooks"])
     provided, todo = set(), list(_requirement_names(project["dependencies"]) | extra)
     while todo:  # the extra's and the core's requirements, transitively (as pip installs them)
@@ -140,4 +141,4 @@ def test_docs_show_every_notebooks_plots():
         images = re.findall(r"!\[[^\]]*\]\((images/[^)]+)\)", section[1].split("\n## ", 1)[0])
         assert images, f"docs/notebooks.md shows no plot of {path.name}"
         for image in images:
-            assert (NOTEBOOKS[0].parents[1] / "docs" / image).is_file(), f"docs/notebooks.md: {image} is missing"
+            assert (NOTEBOOKS[0].parents[1] / "docs" / image).is_file(), f"docs/notebooks.md: no {image}"
