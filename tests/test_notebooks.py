@@ -43,10 +43,12 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     assert not warned, f"{path.name} printed warnings:\n" + "\n".join(warned)
 
 
-def _text(name: str, cell_type: str) -> str:
-    """The sources of a notebook's cells of `cell_type`, whitespace collapsed (prose wraps anywhere)."""
+def _text(name: str, cell_type: str, collapse: bool = True) -> str:
+    """The sources of a notebook's cells of `cell_type`, whitespace collapsed (prose wraps anywhere)
+    unless `collapse` is False (code to parse)."""
     nb = nbformat.read(NOTEBOOKS[0].parent / name, as_version=4)
-    return " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == cell_type)
+    cells = [c.source for c in nb.cells if c.cell_type == cell_type]
+    return " ".join(" ".join(c.split()) for c in cells) if collapse else "\n".join(cells)
 
 
 def test_why_2_percent_prose_matches_the_benchmark():
@@ -80,3 +82,63 @@ def test_quickstart_prose_matches_its_code():
     text, code = _text("quickstart.ipynb", "markdown"), _text("quickstart.ipynb", "code")
     assert "trains 16 seeds at once" in text and "vmaps the same program over 16 keys" in text
     assert "num_seeds=16" in code
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_names(requirements) -> set[str]:
+    return {_canonical(re.match(r"[A-Za-z0-9_.-]+", r).group(0)) for r in requirements}
+
+
+def test_the_notebooks_extra_installs_what_they_need():
+    """`pip install -e ".[notebooks]"` is enough to execute every notebook: each module a notebook imports
+    comes with fusedrl's dependencies or the extra (or what those require), and a notebook that trains a
+    "gymnasium:" env (the host bridge imports Gymnasium) has Gymnasium in the extra."""
+    import ast
+    import importlib.metadata as md
+    import sys
+    import tomllib
+
+    pyproject = NOTEBOOKS[0].parents[1] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    extra = _requirement_names(project["optional-dependencies"]["notebooks"])
+    provided, todo = set(), list(_requirement_names(project["dependencies"]) | extra)
+    while todo:  # the extra's and the core's requirements, transitively (as pip installs them)
+        name = todo.pop()
+        if name in provided:
+            continue
+        provided.add(name)
+        try:
+            requires = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        todo += _requirement_names(r for r in requires if "extra ==" not in r)
+    distributions = md.packages_distributions()
+    for path in NOTEBOOKS:
+        code = "\n".join(line for line in _text(path.name, "code", collapse=False).splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
+        modules = set()
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules.add(node.module.split(".")[0])
+        for module in sorted(modules - set(sys.stdlib_module_names) - {"fusedrl"}):
+            dists = {_canonical(d) for d in distributions.get(module, [])}
+            assert dists & provided, (f"{path.name} imports {module} ({sorted(dists)}), which neither "
+                                      f"fusedrl nor its notebooks extra installs: add it to the extra")
+        if "gymnasium:" in code:
+            assert "gymnasium" in extra, f"{path.name} trains a gymnasium: env; add gymnasium to the extra"
+
+
+def test_docs_show_every_notebooks_plots():
+    page = (NOTEBOOKS[0].parents[1] / "docs" / "notebooks.md").read_text(encoding="utf-8")
+    for path in NOTEBOOKS:
+        section = page.split(f"## {path.name}", 1)
+        assert len(section) == 2, f"docs/notebooks.md has no section for {path.name}"
+        images = re.findall(r"!\[[^\]]*\]\((images/[^)]+)\)", section[1].split("\n## ", 1)[0])
+        assert images, f"docs/notebooks.md shows no plot of {path.name}"
+        for image in images:
+            assert (NOTEBOOKS[0].parents[1] / "docs" / image).is_file(), f"docs/notebooks.md: no {image}"
