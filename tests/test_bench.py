@@ -191,6 +191,7 @@ def test_ppo_bench_names_a_missing_peer_file_before_running_anything(tmp_path, m
         (["--peer-python", sys.executable, "--peer-script", missing], "--peer-script"),
         (["--peer-python", sys.executable, "--peer-script", __file__, "--purejaxrl-src", str(tmp_path)],
          "--purejaxrl-src"),  # the folder is there, purejaxrl/ppo.py is not
+        (["--baseline-python", missing], "--baseline-python"),
     ):
         with pytest.raises(SystemExit):
             bench_ppo.main(["--configs", "default"] + argv)

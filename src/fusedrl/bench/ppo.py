@@ -156,6 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="folder with purejaxrl/ppo.py and wrappers.py (needs --peer-python; see _purejaxrl_peer.py)",
     )
     p.add_argument(
+        "--baseline-python", default=None,
+        help="interpreter of another fusedrl checkout (e.g. a venv of the previous commit): runs as "
+             "'baseline' (and 'baseline-sweep'), alternating with ours, with the ratios",
+    )
+    p.add_argument(
         "--purejaxrl-configs", default=None,
         help="configs at which PureJaxRL runs (default: all of --configs)",
     )
@@ -196,6 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fusedrl": lambda name, cfg: _subprocess_ours(cfg, totals[name]),
         "fusedrl-sweep": lambda name, cfg: _subprocess_ours(cfg, totals[name], "run_ours_sweep"),
     }
+    if args.baseline_python:
+        if not os.path.isfile(args.baseline_python):
+            p.error(f"--baseline-python {args.baseline_python}: no such file")
+        impls["baseline"] = lambda name, cfg: _subprocess_ours(cfg, totals[name], python=args.baseline_python)
+        impls["baseline-sweep"] = lambda name, cfg: _subprocess_ours(
+            cfg, totals[name], "run_ours_sweep", python=args.baseline_python)
     if args.peer_python:
         impls["rejax"] = lambda name, cfg: run_peer(
             args.peer_python, args.peer_script, **cfg, total=totals[name], timeout=args.peer_timeout,
@@ -215,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         cfg = CONFIGS[name]
         here = [label for label in labels if (label != "purejaxrl" or name in pjx_names)
-                and (label != "fusedrl-sweep" or cfg["seeds"] > 1)]
+                and (not label.endswith("-sweep") or cfg["seeds"] > 1)]
         runs: dict[str, list[dict]] = {label: [] for label in here}
         for r in range(args.repeats):
             # Rotate the order every repeat, so no implementation always runs first or last.
@@ -292,13 +303,15 @@ def _config_names(p: argparse.ArgumentParser, text: str, flag: str) -> list[str]
     return names
 
 
-def _subprocess_ours(cfg: dict, total: int, fn: str = "run_ours") -> dict:
+def _subprocess_ours(cfg: dict, total: int, fn: str = "run_ours", python: str | None = None) -> dict:
+    """Ours at `cfg` in a fresh process of `python` (default: this interpreter)."""
     code = (
         f"import json, sys; from fusedrl.bench.ppo import {fn}; "
         f"print(json.dumps({fn}({cfg['seeds']}, {cfg['num_envs']}, {cfg['num_steps']}, {total})))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True
+        [python or sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True,
+        cwd=os.path.expanduser("~"),  # not a checkout's root, whose envs/ and train/ are no package
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
