@@ -82,8 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--agents", nargs="+", type=int, default=[1, 4, 8, 16, 64])
     parser.add_argument("--envs", nargs="+", type=int, default=[4, 64, 2048])
     parser.add_argument("--transitions", type=int, default=2**18,
-                        help="env steps of all agents per call, about (sets the number of updates, 1 to 8)")
-    parser.add_argument("--rounds", type=int, default=3)
+                        help="env steps of all agents per call, about (sets the number of updates, 1 to 128)")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="also print one JSON line per cell")
     args = parser.parse_args(argv)
     import jax
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         for num_envs in args.envs:
             for agents in args.agents:
                 batch = num_envs * STEPS.get(num_envs, 16)
-                updates = max(1, min(8, args.transitions // (batch * agents)))
+                updates = max(1, min(128, args.transitions // (batch * agents)))
                 row = measure(choice, agents, num_envs, updates, args.rounds)
                 print(f"{choice:<18} {agents:>6} {num_envs:>6} {row['num_steps']:>5} {row['updates']:>4} "
                       f"{row['plain_s']:>9.3f} {row['on_s']:>9.3f} {row['ratio']:>6.3f}", flush=True)
