@@ -1187,3 +1187,16 @@ def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
     assert kinds.count("rollout") == config.num_updates
     assert kinds.count("shuffle") == config.num_updates * config.update_epochs
     assert len({key for _, key in used}) == len(used), used
+
+
+def test_accelerator_choices_can_be_forced_on_cpu(monkeypatch):
+    # The program a GPU would run, built on this CPU: every CPU speed choice off.
+    from fusedrl.platform import ENV_VAR, choices_for
+
+    config = PPOConfig(**SMALL)
+    assert make_train(config).tuning != Tuning()
+    with choices_for("gpu"):
+        assert make_train(config).tuning == Tuning()
+    assert make_train(config).tuning != Tuning()
+    monkeypatch.setenv(ENV_VAR, "gpu")
+    assert make_train(config).tuning == Tuning()

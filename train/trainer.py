@@ -28,6 +28,7 @@ from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
 from fusedrl.networks import ActorCritic, build_network
+from fusedrl.platform import choices_platform
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
 from fusedrl.train.rollout import Transition, batched_values, rollout
@@ -152,7 +153,7 @@ class Trainer:
         axis (`lax.pmean`), and the observation and reward normalisers pool the shards' samples, so
         parameters and normaliser statistics stay identical on every shard. None: a plain agent.
       tuning: the speed choices (`fusedrl.train.tuning.Tuning`); default: `resolve_tuning` for the
-        default backend and this config's sizes.
+        platform (`fusedrl.platform.choices_platform`) and this config's sizes.
     """
 
     def __init__(self, config, algorithm: Algorithm, *,
@@ -179,7 +180,7 @@ class Trainer:
             raise ValueError(f"{config.env_id}: the trainer supports Discrete and 1-D Box action spaces, "
                              f"got {space_info(act_space)}.")
         if tuning is None:
-            tuning = resolve_tuning(jax.default_backend(), num_envs=config.num_envs,
+            tuning = resolve_tuning(choices_platform(), num_envs=config.num_envs,
                                     batch_size=config.num_envs * config.num_steps)
         self.tuning = tuning
         obs_shape = tuple(getattr(self.env.observation_space(self.env_params), "shape", None) or ())

@@ -1,14 +1,15 @@
-"""The trainer's speed choices: one frozen record, resolved from the backend and the run's sizes.
+"""The trainer's speed choices: one frozen record, resolved from the platform and the run's sizes.
 
 Each choice changes how the program computes, never what: a test trains with every choice on and
 with `Tuning()` (all off) and compares the runs. `make_train(config, tuning=...)` takes a record
 explicitly (tests and benchmarks pass their own); by default `resolve_tuning` picks one for the
-backend jax runs on. A choice is on only where it was measured to pay across a grid of sizes (1-64
-vmapped agents, 4-2048 envs per agent) on every supported jax version; it never depends on the
-number of vmapped agents (the trainer cannot see it) or on the jax version. The measurements and
-the command that repeats them are in docs/speed.md (`python -m fusedrl.bench tuning`).
+platform `fusedrl.platform.choices_platform()` names (jax's default backend unless forced). A
+choice is on only where it was measured to pay across a grid of sizes (1-64 vmapped agents, 4-2048
+envs per agent) on every supported jax version; it never depends on the number of vmapped agents
+(the trainer cannot see it) or on the jax version. The measurements and the command that repeats
+them are in docs/speed.md (`python -m fusedrl.bench tuning`).
 
-On backends other than the CPU nothing has been measured yet, so there every choice is off.
+On platforms other than the CPU nothing has been measured yet, so there every choice is off.
 """
 
 from __future__ import annotations
