@@ -228,3 +228,19 @@ def test_orthogonal_is_orthonormal_to_float32_precision(shape):
     w = np.asarray(orthogonal()(jax.random.key(1), shape), np.float64)
     gram = w @ w.T if shape[0] < shape[1] else w.T @ w
     np.testing.assert_allclose(gram, np.eye(min(shape)), atol=2e-6)
+
+
+def test_bfloat16_compute_keeps_float32_parameters_and_outputs():
+    # Mixed precision: the layers compute in bfloat16, parameters and their gradients stay float32,
+    # and the heads come back as float32 (log-probabilities and losses in full precision).
+    obs = jax.random.normal(jax.random.key(0), (8, 5))
+    nets = {d: ActorCritic(action_dim=3, discrete=True, compute_dtype=d) for d in ("float32", "bfloat16")}
+    params = nets["float32"].init(jax.random.key(1), obs)
+    pi16, v16 = nets["bfloat16"].apply(params, obs)
+    pi32, v32 = nets["float32"].apply(params, obs)
+    assert pi16.logits.dtype == v16.dtype == jnp.float32
+    assert "bf16" in str(jax.make_jaxpr(lambda p: nets["bfloat16"].apply(p, obs))(params))
+    assert not np.array_equal(np.asarray(v16), np.asarray(v32))  # computed in bfloat16 ...
+    np.testing.assert_allclose(np.asarray(v16), np.asarray(v32), rtol=0.05, atol=0.05)  # ... to its precision
+    grads = jax.grad(lambda p: nets["bfloat16"].apply(p, obs)[1].sum())(params)
+    assert {x.dtype for x in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -15,6 +16,9 @@ from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.initializers import orthogonal
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
+
+#: The built-in network's computation dtypes (`compute_dtype`); parameters stay float32.
+COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 @jax.custom_vjp
@@ -59,18 +63,20 @@ class Dense(nn.Module):
     kernel_init: Callable = nn.initializers.lecun_normal()
     bias_init: Callable = nn.initializers.zeros
     cpu_weight_grad: bool = False
+    dtype: Any = jnp.float32  # computation dtype; parameters are always float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
         bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
+        x, kernel, bias = (a.astype(self.dtype) for a in (x, kernel, bias))
         y = matmul(x, kernel) if self.cpu_weight_grad else x @ kernel
         return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))  # no implicit rank promotion
 
 
-def _dense(features: int, scale: float, name: str, cpu_weight_grad: bool) -> Dense:
+def _dense(features: int, scale: float, name: str, cpu_weight_grad: bool, dtype: Any) -> Dense:
     return Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros,
-                 cpu_weight_grad=cpu_weight_grad, name=name)
+                 cpu_weight_grad=cpu_weight_grad, dtype=dtype, name=name)
 
 
 class ActorCritic(nn.Module):
@@ -84,6 +90,9 @@ class ActorCritic(nn.Module):
       activation: a key of ACTIVATIONS.
       log_std_init: the initial log-std of the Gaussian policy (unused when discrete).
       cpu_weight_grad: the layers' weight gradients in XLA:CPU's layout (`Tuning.cpu_weight_grad`).
+      compute_dtype: "float32", or "bfloat16" for mixed precision: the layers compute in bfloat16
+        from float32 parameters (the optimiser keeps float32), and the heads' outputs (logits or
+        mean, value) are cast back to float32 for the log-probabilities and the losses.
     """
 
     action_dim: int
@@ -92,16 +101,18 @@ class ActorCritic(nn.Module):
     activation: str = "tanh"
     log_std_init: float = 0.0
     cpu_weight_grad: bool = False
+    compute_dtype: str = "float32"
 
     @nn.compact
     def __call__(self, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
         hidden_scale = float(np.sqrt(2.0))
-        dense = partial(_dense, cpu_weight_grad=self.cpu_weight_grad)
+        dtype = COMPUTE_DTYPES[self.compute_dtype]
+        dense = partial(_dense, cpu_weight_grad=self.cpu_weight_grad, dtype=dtype)
         x = obs
         for i, width in enumerate(self.hidden_sizes):
             x = act(dense(width, hidden_scale, f"actor_{i}")(x))
-        head = dense(self.action_dim, 0.01, "actor_head")(x)
+        head = dense(self.action_dim, 0.01, "actor_head")(x).astype(jnp.float32)
         if self.discrete:
             pi = Categorical(logits=head)
         else:
@@ -111,7 +122,7 @@ class ActorCritic(nn.Module):
         v = obs
         for i, width in enumerate(self.hidden_sizes):
             v = act(dense(width, hidden_scale, f"critic_{i}")(v))
-        value = dense(1, 1.0, "critic_head")(v)[..., 0]
+        value = dense(1, 1.0, "critic_head")(v)[..., 0].astype(jnp.float32)
         return pi, value
 
 
@@ -155,7 +166,8 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     if config.network is None:
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, log_std_init=float(config.log_std_init),
-                           cpu_weight_grad=cpu_weight_grad)
+                           cpu_weight_grad=cpu_weight_grad,
+                           compute_dtype=getattr(config, "compute_dtype", "float32"))
     import importlib
 
     path = config.network
