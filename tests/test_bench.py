@@ -13,7 +13,7 @@ import pytest
 
 import fusedrl.bench
 from fusedrl.bench import envs as bench_envs
-from fusedrl.sweep import usable_cores
+from fusedrl.streams import usable_cores
 
 TINY = ["--num-envs", "1,4", "--steps", "5", "--repeats", "1", "--min-time", "0"]
 
@@ -726,7 +726,7 @@ def test_sweep_bench_measure_counts_every_agent_and_books_the_first_calls_extra_
     def sweep(config, num_agents, keep_state, streams):
         clock[0] += next(durations)
 
-    monkeypatch.setattr(importlib.import_module("fusedrl.sweep"), "sweep", sweep)
+    monkeypatch.setattr(importlib.import_module("fusedrl.sweeps"), "sweep", sweep)
     monkeypatch.setattr(bench_sweep, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     row = bench_sweep.measure(3, 2, min_time=0.0, repeats=3, streams=1)
     steps = 2 * 4 * 128  # per agent: 2 updates of 4 envs x 128 steps
@@ -749,7 +749,6 @@ def test_sweep_bench_speedup_is_over_one_agent_of_the_same_streams():
 
 
 def test_sweep_bench_measures_a_setting_once_when_two_resolve_alike(monkeypatch, capsys):
-    import importlib
 
     import jax
 
@@ -763,8 +762,9 @@ def test_sweep_bench_measures_a_setting_once_when_two_resolve_alike(monkeypatch,
 
     monkeypatch.setattr(bench_sweep, "measure", measure)
     assert bench_sweep.main(["--agents", "1,4", "--streams", "auto,1", "--json"]) == 0
-    S = importlib.import_module("fusedrl.sweep")
-    auto4 = S._num_streams(None, tuple(jax.devices()), 4)
+    from fusedrl.streams import resolve_streams
+
+    auto4 = resolve_streams(None, tuple(jax.devices()), 4)
     assert measured == [(1, None)] + [(4, None)] + ([(4, 1)] if auto4 != 1 else [])
     assert len(json.loads(capsys.readouterr().out)) == len(measured)
 

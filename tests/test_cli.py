@@ -112,7 +112,7 @@ def test_shares_in_pieces_log_the_same_updates_and_seeds(trained, monkeypatch, t
     config, ref, *_ = trained
     if runs.num_streams(2) < 2:
         pytest.skip("one usable core: the seeds run as one vmap, in one piece")
-    monkeypatch.setattr(importlib.import_module("fusedrl.sweep"), "STREAM_PIECE_UPDATES", 1)
+    monkeypatch.setattr(importlib.import_module("fusedrl.streams"), "STREAM_PIECE_UPDATES", 1)
     recorder = Recorder()
     run = runs.train_run(config, tmp_path / "pieces", num_seeds=2, eval_episodes=4, progress_every=2,
                          loggers=[recorder], progress_file=io.StringIO())
@@ -136,10 +136,10 @@ def test_monitor_regroups_calls_arriving_in_any_order():
 def test_num_streams_splits_seeds_evenly_over_the_cores(monkeypatch):
     import importlib
 
-    sweep_module = importlib.import_module("fusedrl.sweep")  # `fusedrl.sweep` is the function
-    monkeypatch.setattr(sweep_module, "usable_cores", lambda: 4)
+    streams_module = importlib.import_module("fusedrl.streams")
+    monkeypatch.setattr(streams_module, "usable_cores", lambda: 4)
     assert [runs.num_streams(n) for n in (1, 2, 3, 4, 6, 8, 9)] == [1, 2, 3, 4, 3, 4, 3]
-    monkeypatch.setattr(sweep_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(streams_module, "usable_cores", lambda: 2)
     assert [runs.num_streams(n) for n in (1, 2, 3, 8)] == [1, 2, 1, 2]
 
 
@@ -153,7 +153,7 @@ def test_seeds_split_over_threads_train_as_the_single_vmap(trained):
     keys = jax.random.split(jax.random.key(3), 2)
     out = {}
     for streams in (2, 1):
-        train, run, _ = runs._compiled(config, 2, every, streams)
+        train, run, _ = runs.compiled_run(config, 2, every, streams)
         out[streams] = run(keys, train.default_hparams())
     for name, value in out[1].metrics.items():
         assert value.shape == (2, config.num_updates), name
@@ -162,7 +162,7 @@ def test_seeds_split_over_threads_train_as_the_single_vmap(trained):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert not np.allclose(out[1].metrics["policy_loss"][0], out[1].metrics["policy_loss"][1])
     with pytest.raises(ValueError, match="must divide num_seeds"):
-        runs._compiled(config, 3, 0, 2)
+        runs.compiled_run(config, 3, 0, 2)
 
 
 # ------------------------------------------------------------------------------- run folder
@@ -926,7 +926,7 @@ def test_sweep_and_profile_subcommands_are_wired(capsys):
 
 def test_sweep_usage_errors_come_from_the_check_and_later_errors_keep_their_traceback(
         tmp_path, monkeypatch):
-    sweep_mod = importlib.import_module("fusedrl.sweep")  # `fusedrl.sweep` is the function
+    sweep_mod = importlib.import_module("fusedrl.sweeps.program")
 
     # Bad input: refused by check_sweep, before anything compiles (a usage error, exit 2).
     def no_compile(*args, **kwargs):
@@ -1005,7 +1005,7 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
     # The first Ctrl-C asks for a stop at the next callback (interrupt_guard); with none to come it
     # must interrupt as usual, not be held until the run ends as "finished".
     config = FIVE_UPDATES
-    compiled = runs._compiled
+    compiled = runs.compiled_run
 
     def ctrl_c_as_training_starts(*args, **kwargs):
         train, run, seconds = compiled(*args, **kwargs)
@@ -1016,7 +1016,7 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
 
         return train, run_after_ctrl_c, seconds
 
-    monkeypatch.setattr(runs, "_compiled", ctrl_c_as_training_starts)
+    monkeypatch.setattr(runs, "compiled_run", ctrl_c_as_training_starts)
     with pythons_sigint_handler(), pytest.raises(KeyboardInterrupt):
         runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=progress_every,
                        progress_file=io.StringIO())
@@ -1027,7 +1027,7 @@ def test_ctrl_c_while_compiling_is_held_until_the_compile_ends(monkeypatch, tmp_
     # With jax 0.10.2 a Ctrl-C inside XLA's compile abandons it and the interpreter crashes at exit
     # (progress.hold_interrupt). The Ctrl-C must reach neither the compile nor the code around it.
     done, err = [], io.StringIO()
-    monkeypatch.setattr(runs, "_compiled", ctrl_c_first(runs._compiled, done))
+    monkeypatch.setattr(runs, "compiled_run", ctrl_c_first(runs.compiled_run, done))
     with pythons_sigint_handler():
         with pytest.raises(KeyboardInterrupt):
             runs.train_run(FIVE_UPDATES, tmp_path / "run", eval_episodes=2, progress_file=err)
@@ -1055,7 +1055,7 @@ def test_sweep_cli_interrupted_exits_130_without_a_folder(monkeypatch, tmp_path)
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importlib.import_module("fusedrl.sweep"), "sweep", ctrl_c)
+    monkeypatch.setattr(importlib.import_module("fusedrl.sweeps"), "sweep", ctrl_c)
     try:
         code, _, err = run_cli("sweep", "--env", "CartPole-v1", "--out", tmp_path / "sweep")
     except KeyboardInterrupt:  # let through, it would stop pytest itself

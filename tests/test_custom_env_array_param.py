@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fusedrl
-from fusedrl.sweep import check_sweep
+from fusedrl.sweeps import check_sweep
 
 ENV = "gymnax:Acrobot-v1"
 

@@ -15,7 +15,7 @@ import pytest
 
 import fusedrl
 from fusedrl.cli import main as cli_main
-from fusedrl.sweep import check_sweep
+from fusedrl.sweeps import check_sweep
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "networks.md"
 

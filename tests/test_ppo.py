@@ -623,8 +623,8 @@ def test_data_parallel_advantage_normalisation_pools_unequal_shards():
 def test_data_parallel_shards_share_normalizer_statistics():
     # Shards of one agent see different observations and rewards; the normalisers pool them, so the
     # shared network sees every shard's inputs scaled alike, and evaluate takes the agent's result.
+    from fusedrl.data_parallel import DATA_AXIS, data_parallel_train
     from fusedrl.envs.wrappers import NormalizeObservation, NormalizeReward, find_wrapper_state
-    from fusedrl.sweep import DATA_AXIS, data_parallel_train
 
     config = PPOConfig(env_id="Pendulum-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
                        num_minibatches=2, update_epochs=1, hidden_sizes=(8,), normalize_obs=True,

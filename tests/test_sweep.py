@@ -1,8 +1,8 @@
-"""fusedrl.sweep: one compile per sweep, slices equal single runs, named axes, tables, errors,
-sharding over devices and data parallelism (subprocess with 4 forced host devices)."""
+"""fusedrl.sweep (the package fusedrl.sweeps), fusedrl.streams and fusedrl.data_parallel: one
+compile per sweep, slices equal single runs, named axes, tables, errors, sharding over devices
+and data parallelism (subprocess with 4 forced host devices)."""
 
 import dataclasses
-import importlib
 import json
 import os
 import subprocess
@@ -17,11 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fusedrl.sweep import SweepResult, sweep
+from fusedrl import data_parallel, sweeps
+from fusedrl import streams as stream_lib
+from fusedrl.data_parallel import DATA_AXIS, data_parallel_train
+from fusedrl.sweeps import SweepResult, sweep
+from fusedrl.sweeps import program as sweep_program
+from fusedrl.sweeps import space as sweep_space
 from fusedrl.train import PPO, PPOConfig, make_train
-
-# `fusedrl.sweep` is the public function; the module of the same name is reached through importlib.
-sweep_module = importlib.import_module("fusedrl.sweep")
 
 SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3,
              update_epochs=2, num_minibatches=2, hidden_sizes=(16,))
@@ -50,7 +52,7 @@ def assert_runs_match(metrics, want_metrics, params, want_params):
 def swept():
     """3 lrs x 2 seeds, then a second sweep of the same shape (new values, other unswept gamma);
     the training loop (`PPO.run`, under the vmap and the streams alike) is traced once for both."""
-    sweep_module._program.cache_clear()
+    sweep_program._program.cache_clear()
     config = PPOConfig(**SMALL)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(PPO, "run", chex.assert_max_traces(PPO.run, n=1))
@@ -265,6 +267,115 @@ def test_sweep_cli_summary_lists_the_best_combination_first():
     assert header.rstrip().endswith("best return (mean over seeds)") and first.rstrip().endswith("  59.0")
 
 
+def test_summary_is_the_seed_averaged_table_the_cli_writes(tmp_path):
+    from fusedrl.sweep_cli import summary_rows
+
+    r = _synthetic()
+    rows = r.summary()
+    assert rows == summary_rows(r)
+    assert [(row["lr"], row["seeds"]) for row in rows] == [(3e-4, 2), (1e-4, 2)]
+    # lr 1e-4: seed 0 ends at 19, seed 1 at 59 (its best, 1000, at update 5)
+    low = rows[1]
+    assert low["final_return_mean"] == 39.0 and low["final_return_std"] == 20.0
+    assert low["best_return_mean"] == (19.0 + 1000.0) / 2
+    r.to_csv(tmp_path / "summary.csv", summary=True)
+    lines = (tmp_path / "summary.csv").read_text().splitlines()
+    assert lines[0].split(",")[:3] == ["lr", "seeds", "final_return_mean"] and len(lines) == 3
+    zipped = _synthetic("zip").summary()
+    assert [(row["trial"], row["lr"]) for row in zipped] == [(1, 3e-4), (0, 1e-4)]
+
+
+def test_tables_carry_the_final_evaluation():
+    r = _synthetic()
+    returns = np.arange(2 * 2 * 3, dtype=np.float32).reshape(2, 2, 3)
+    returns[0, 0, 1] = np.nan  # an episode cut at max_steps: left out of the mean
+    r = dataclasses.replace(r, eval_returns=returns)
+    rows = r.to_table()
+    assert list(rows[0])[-1] == "eval_return"
+    assert [row["eval_return"] for row in rows] == [1.0, 4.0, 7.0, 10.0]
+    low = next(row for row in r.summary() if row["lr"] == 1e-4)
+    assert low["eval_return_mean"] == 4.0 and low["eval_return_std"] == 3.0
+    one = r.sel(seed=1, lr=3e-4)
+    np.testing.assert_array_equal(one.eval_returns, returns[1, 1])
+
+
+def test_sweep_ends_with_a_greedy_evaluation_of_every_run():
+    import fusedrl
+
+    config = PPOConfig(**SMALL)
+    with pytest.raises(ValueError, match="eval_episodes must be an int >= 1"):
+        sweeps.check_sweep(config, 2, lr=LRS[:2], eval_episodes=0)
+    r = sweep(config, 2, lr=LRS[:2], eval_episodes=3, streams=1)
+    assert r.eval_returns.shape == (2, 2, 3) and r.result is not None
+    # CartPole's return is the episode's length: a whole number of at least 1.
+    assert np.all(r.eval_returns >= 1) and np.all(r.eval_returns == np.round(r.eval_returns))
+    eval_key = jax.random.fold_in(jax.random.key(0), sweep_program._EVAL_SALT)
+    want = fusedrl.evaluate(config, r.result, eval_key, 3, max_steps=fusedrl.runs.EVAL_MAX_STEPS)
+    np.testing.assert_array_equal(r.eval_returns, want)
+    assert [row["eval_return"] for row in r.to_table()] == pytest.approx(want.mean(-1).reshape(-1))
+    light = sweep(config, 2, lr=LRS[:2], eval_episodes=3, streams=1, keep_state=False)
+    assert light.result is None
+    np.testing.assert_array_equal(light.eval_returns, r.eval_returns)
+
+
+def test_sweep_cli_eval_episodes_adds_the_evaluation_to_both_tables(tmp_path, capsys):
+    import csv
+
+    from fusedrl import sweep_cli
+
+    tiny = ["--env", "CartPole-v1", "--set", "num_envs=2", "--set", "num_steps=8", "--total-timesteps",
+            "32", "--set", "num_minibatches=1", "--set", "update_epochs=1", "--set", "hidden_sizes=8",
+            "--progress-every", "0", "--no-plots", "--grid", "gamma=0.9,0.99"]
+    assert sweep_cli.main([*tiny, "--eval-episodes", "0", "--out", str(tmp_path / "bad")]) == 2
+    assert "--eval-episodes must be >= 1, got 0" in capsys.readouterr().err
+    out = tmp_path / "s"
+    assert sweep_cli.main([*tiny, "--eval-episodes", "2", "--num-seeds", "2", "--out", str(out)]) == 0
+    with open(tmp_path / "s" / "table.csv") as f:
+        table = list(csv.DictReader(f))
+    with open(tmp_path / "s" / "summary.csv") as f:
+        summary = list(csv.DictReader(f))
+    assert len(table) == 4 and all(float(row["eval_return"]) >= 1 for row in table)
+    assert len(summary) == 2 and all(float(row["eval_return_mean"]) >= 1 for row in summary)
+
+
+def test_sweep_and_run_modules_form_no_import_cycle_and_share_no_private_names():
+    """The modules of sweeps, runs and their orchestration, read as source: no import (at module
+    level or inside a function) forms a cycle among them, and none imports another's private
+    (underscore) names."""
+    import ast
+    import pathlib
+
+    import fusedrl
+
+    root = pathlib.Path(fusedrl.__file__).parent
+    files = {"fusedrl.files": "files.py", "fusedrl.streams": "streams.py",
+             "fusedrl.data_parallel": "data_parallel.py", "fusedrl.runs": "runs.py",
+             "fusedrl.plotting": "plotting.py", "fusedrl.sweep_cli": "sweep_cli.py",
+             "fusedrl.progress": "progress.py", "fusedrl.sweeps": "sweeps/__init__.py",
+             **{f"fusedrl.sweeps.{m}": f"sweeps/{m}.py" for m in ("program", "result", "space")}}
+    edges = {}
+    for name, path in files.items():
+        edges[name] = set()
+        for node in ast.walk(ast.parse((root / path).read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fusedrl"):
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.endswith("__")
+                    assert not private, f"{name} imports {node.module}.{alias.name}"
+                    edges[name] |= {m for m in (node.module, f"{node.module}.{alias.name}") if m in files}
+
+    def reachable(start):
+        seen, todo = set(), list(edges[start])
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo.extend(edges[node])
+        return seen
+
+    for name in files:
+        assert name not in reachable(name), f"import cycle through {name}"
+
+
 def test_sel_in_zip_mode_selects_trials():
     r = _synthetic("zip")
     one = r.sel(lr=3e-4, seed=1)
@@ -362,12 +473,12 @@ def test_streams_run_their_shares_on_separate_threads_in_order(monkeypatch):
                     return compiled
             return Lowered()
 
-    monkeypatch.setattr(sweep_module, "STREAM_PIECE_UPDATES", 4)
-    program = sweep_module.StreamProgram(Jitted(init), Jitted(advance))
+    monkeypatch.setattr(stream_lib, "STREAM_PIECE_UPDATES", 4)
+    program = sweep_program.StreamProgram(Jitted(init), Jitted(advance))
     keys = np.arange(12, dtype=np.uint32).reshape(6, 2)
     # 2 runs per stream: pieces of at most 4 // 2 = 2 updates of each run; of 5 updates, 5 pieces
     # of 1 (the first count from ceil(5 / 2) = 3 up that divides 5 is 5)
-    out = sweep_module._run_streams(program, 3, keys, {"lr": np.arange(6.0)}, {}, num_updates=5)
+    out = sweep_program._run_streams(program, 3, keys, {"lr": np.arange(6.0)}, {}, num_updates=5)
     np.testing.assert_array_equal(out.state["keys"], keys)
     np.testing.assert_array_equal(out.state["lr"], np.arange(6.0))
     np.testing.assert_array_equal(out.state["updates"], [5] * 6)
@@ -379,7 +490,7 @@ def test_streams_run_their_shares_on_separate_threads_in_order(monkeypatch):
 @pytest.mark.parametrize("n, size", [(1, 128), (128, 128), (976, 128), (1220, 128), (131, 128),
                                      (257, 128), (7, 2), (5, 1)])
 def test_update_pieces_cover_the_run_in_order(n, size):
-    pieces = sweep_module.update_pieces(n, size)
+    pieces = stream_lib.update_pieces(n, size)
     firsts, counts = zip(*pieces, strict=True)
     assert sum(counts) == n and list(firsts) == list(np.cumsum((0,) + counts[:-1]))
     assert max(counts) <= size and max(counts) - min(counts) <= 1
@@ -401,8 +512,8 @@ def test_streams_in_pieces_agree_with_whole_runs_and_call_back_alike(swept, monk
 
     ref = sweep(config, 2, lr=LRS, key=jax.random.key(7), streams=2, callback=counter("whole"),
                 callback_every=2)
-    monkeypatch.setattr(sweep_module, "STREAM_PIECE_UPDATES", 1)
-    assert sweep_module.update_pieces(config.num_updates) == [(0, 1), (1, 1), (2, 1)]
+    monkeypatch.setattr(stream_lib, "STREAM_PIECE_UPDATES", 1)
+    assert stream_lib.update_pieces(config.num_updates) == [(0, 1), (1, 1), (2, 1)]
     pieces = sweep(config, 2, lr=LRS, key=jax.random.key(7), streams=2, callback=counter("pieces"),
                    callback_every=2)
     assert_runs_match(pieces.metrics, ref.metrics, pieces.result.params, whole.result.params)
@@ -433,11 +544,11 @@ def test_sweep_callback_names_each_run_and_padding_runs_stay_silent(streams):
 
 def test_default_streams_follow_the_devices():
     cpu = jax.devices("cpu")[0]
-    cores = sweep_module.usable_cores()
-    assert sweep_module._num_streams(None, (cpu,), 64) == min(64, cores)
-    assert sweep_module._num_streams(None, (cpu,), 1) == 1
-    assert sweep_module._num_streams(None, (cpu, cpu), 64) == 1  # devices split the runs instead
-    assert sweep_module._num_streams(3, (cpu,), 2) == 3
+    cores = stream_lib.usable_cores()
+    assert stream_lib.resolve_streams(None, (cpu,), 64) == min(64, cores)
+    assert stream_lib.resolve_streams(None, (cpu,), 1) == 1
+    assert stream_lib.resolve_streams(None, (cpu, cpu), 64) == 1  # devices split the runs instead
+    assert stream_lib.resolve_streams(3, (cpu,), 2) == 3
 
 
 def test_sweep_cli_progress_counts_calls_across_runs():
@@ -531,7 +642,7 @@ def test_clear_errors(kwargs, words):
         assert w in str(info.value), (w, str(info.value))
     # check_sweep (what the CLI calls first) refuses the same input with the same message.
     with pytest.raises(info.type) as checked:
-        sweep_module.check_sweep(PPOConfig(**SMALL), 2, **kwargs)
+        sweeps.check_sweep(PPOConfig(**SMALL), 2, **kwargs)
     assert str(checked.value) == str(info.value)
 
 
@@ -539,20 +650,20 @@ def test_a_gymnax_cartpole_mass_is_not_swept_without_the_params_gymnax_derives_f
     config = PPOConfig(**{**SMALL, "env_id": "gymnax:CartPole-v1"})
     with pytest.raises(ValueError, match=r"cannot sweep masspole of gymnax:CartPole-v1 without "
                                          r"total_mass: gymnax stores total_mass \(computed from"):
-        sweep_module.check_sweep(config, 1, masspole=[0.1, 1.0])
+        sweeps.check_sweep(config, 1, masspole=[0.1, 1.0])
     with pytest.raises(ValueError, match="cannot sweep length of gymnax:CartPole-v1 without polemass_length"):
-        sweep_module.check_sweep(config, 1, length=[0.5, 1.0])
-    assert sweep_module.check_sweep(config, 1, mode="zip", masspole=[0.1, 1.0], total_mass=[1.1, 2.0],
+        sweeps.check_sweep(config, 1, length=[0.5, 1.0])
+    assert sweeps.check_sweep(config, 1, mode="zip", masspole=[0.1, 1.0], total_mass=[1.1, 2.0],
                                     polemass_length=[0.05, 0.5]) is None
-    assert sweep_module.check_sweep(PPOConfig(**SMALL), 1, masspole=[0.1, 1.0]) is None  # ours computes them
+    assert sweeps.check_sweep(PPOConfig(**SMALL), 1, masspole=[0.1, 1.0]) is None  # ours computes them
 
 
 def test_check_sweep_takes_every_argument_of_sweep():
     import inspect
 
-    assert inspect.signature(sweep_module.check_sweep).parameters.keys() == inspect.signature(
+    assert inspect.signature(sweeps.check_sweep).parameters.keys() == inspect.signature(
         sweep).parameters.keys()
-    assert sweep_module.check_sweep(PPOConfig(**SMALL), 2, lr=[1e-3], keep_state=False, callback=print,
+    assert sweeps.check_sweep(PPOConfig(**SMALL), 2, lr=[1e-3], keep_state=False, callback=print,
                                     callback_every=3) is None
 
 
@@ -576,9 +687,9 @@ def test_check_sweep_takes_every_argument_of_sweep():
         (lambda c: sweep(c, 1, mode="random", num_samples=4, max_steps_in_episode=[100.5, 150.7]),
          ValueError, ["max_steps_in_episode is an integer field", "[100.5, 150.7]", "whole numbers"]),
         (lambda c: sweep(c, 1, mode="random", num_samples=4,
-                         max_steps_in_episode=sweep_module.Uniform(0.5, 2.5)),
+                         max_steps_in_episode=sweeps.Uniform(0.5, 2.5)),
          ValueError, ["max_steps_in_episode is an integer field", "whole numbers", "Uniform(1, 2)"]),
-        (lambda c: sweep(c, 1, mode="random", num_samples=4, lr=sweep_module.Choice(("1e-3",))),
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, lr=sweeps.Choice(("1e-3",))),
          ValueError, ["lr: choices must be numbers"]),
         (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=[0.9, 1.5]), ValueError,
          ["gamma", "(0, 1]"]),
@@ -587,7 +698,7 @@ def test_check_sweep_takes_every_argument_of_sweep():
         (lambda c: sweep(c, 1, mode="random", num_samples=4, lr=[1e-5, 1e-5]), ValueError,
          ["lr=[1e-05, 1e-05]: a random-search axis with one value gives every trial 1e-05",
           "config.replace(lr=...); --set lr=V", "a range (low, high)"]),
-        (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=sweep_module.Uniform(0.9, 0.9 + 1e-10)),
+        (lambda c: sweep(c, 1, mode="random", num_samples=4, gamma=sweeps.Uniform(0.9, 0.9 + 1e-10)),
          ValueError, ["gamma=Uniform(low=0.9, high=0.9000000001): a random-search axis with one value gives "
                       "every trial 0.9"]),
     ],
@@ -604,36 +715,36 @@ def test_bad_inputs_name_the_argument_and_the_fix(call, error, words):
 
 def test_random_integer_uniform_bounds_are_both_drawn():
     config = PPOConfig(**SMALL)
-    fields = sweep_module._env_fields(config)
-    for spec in [(100, 101), sweep_module.Uniform(100, 101)]:
-        values = sweep_module._layout(config, 1, "random", 64, jax.random.key(0),
+    fields = sweep_space.env_param_fields(config)
+    for spec in [(100, 101), sweeps.Uniform(100, 101)]:
+        values = sweep_space.layout(config, 1, "random", 64, jax.random.key(0),
                                       {"max_steps_in_episode": spec}, fields)[2]
         assert set(values["max_steps_in_episode"][0].tolist()) == {100, 101}, spec
 
 
 def test_values_at_the_edges_of_their_dtype_are_kept_exactly():
     config = PPOConfig(**SMALL)
-    fields = sweep_module._env_fields(config)
+    fields = sweep_space.env_param_fields(config)
     axes = dict(max_steps_in_episode=[1, 2**31 - 1], gravity=[0.0, 3e38], max_grad_norm=[0.5, float("inf")])
-    values = sweep_module._layout(config, 1, "grid", None, jax.random.key(0), axes, fields)[2]
+    values = sweep_space.layout(config, 1, "grid", None, jax.random.key(0), axes, fields)[2]
     assert values["max_steps_in_episode"][0, :, 0, 0].tolist() == [1, 2**31 - 1]
     np.testing.assert_array_equal(values["gravity"][0, 0, :, 0], np.float32([0.0, 3e38]))
     assert values["max_grad_norm"][0, 0, 0, 1] == np.inf  # inf: no gradient clipping, as in PPOConfig
     # An infinite env param may be a limit that never binds, as make and PPOConfig take it.
-    assert sweep_module.check_sweep(config, 1, x_threshold=[2.4, float("inf")]) is None
+    assert sweeps.check_sweep(config, 1, x_threshold=[2.4, float("inf")]) is None
     # Random integer bounds at int32's top, and numpy ints for num_samples.
     spec = (2**31 - 2, 2**31 - 1)
-    drawn = sweep_module._layout(config, 1, "random", np.int64(64), jax.random.key(0),
+    drawn = sweep_space.layout(config, 1, "random", np.int64(64), jax.random.key(0),
                                  {"max_steps_in_episode": spec}, fields)[2]["max_steps_in_episode"][0]
     assert drawn.shape == (64,) and set(drawn.tolist()) == {2**31 - 2, 2**31 - 1}
     # The whole int32 range is drawn (what randint's span cannot hold); as a time limit its
     # negative draws are then refused, as make refuses them.
     spec = (-(2**31), 2**31 - 1)
-    drawn = sweep_module._sample("max_steps_in_episode", spec, np.int32, 64, jax.random.key(0))
+    drawn = sweep_space._sample("max_steps_in_episode", spec, np.int32, 64, jax.random.key(0))
     assert drawn.shape == (64,) and drawn.min() >= spec[0] and drawn.max() <= spec[1], spec
     assert drawn.min() < 0 < drawn.max()
     with pytest.raises(ValueError, match="sweep axis max_steps_in_episode: got -"):
-        sweep_module._layout(config, 1, "random", 64, jax.random.key(0), {"max_steps_in_episode": spec},
+        sweep_space.layout(config, 1, "random", 64, jax.random.key(0), {"max_steps_in_episode": spec},
                              fields)
 
 
@@ -658,21 +769,21 @@ def test_sweeps_in_float32_with_jax_enable_x64(x64, streams):
 
 def test_random_fields_with_the_same_spec_are_drawn_independently():
     config = PPOConfig(**SMALL)
-    fields = sweep_module._env_fields(config)
+    fields = sweep_space.env_param_fields(config)
     axes = dict(vf_coef=(0.1, 1.0), ent_coef=(0.1, 1.0))
-    values = sweep_module._layout(config, 1, "random", 64, jax.random.key(0), axes, fields)[2]
+    values = sweep_space.layout(config, 1, "random", 64, jax.random.key(0), axes, fields)[2]
     a, b = values["vf_coef"][0], values["ent_coef"][0]
     assert abs(np.corrcoef(a, b)[0, 1]) < 0.5  # one key for both would draw the same values (1.0)
 
 
 def test_random_layout_is_reproducible_and_in_range():
     config = PPOConfig(**SMALL)
-    fields = sweep_module._env_fields(config)
+    fields = sweep_space.env_param_fields(config)
     axes = dict(lr=(1e-5, 1e-2), clip_eps=(0.1, 0.3), max_steps_in_episode=(100, 200),
                 ent_coef=[0.0, 0.01])
     key = jax.random.key(3)
-    dims, coords, values = sweep_module._layout(config, 2, "random", 64, key, axes, fields)
-    again = sweep_module._layout(config, 2, "random", 64, key, axes, fields)[2]
+    dims, coords, values = sweep_space.layout(config, 2, "random", 64, key, axes, fields)
+    again = sweep_space.layout(config, 2, "random", 64, key, axes, fields)[2]
     assert dims == ("seed", "trial") and values["lr"].shape == (2, 64)
     for name in axes:
         np.testing.assert_array_equal(values[name], again[name])
@@ -688,7 +799,7 @@ def test_random_layout_is_reproducible_and_in_range():
 MULTI_DEVICE = textwrap.dedent(
     """
     import json, jax, numpy as np
-    from fusedrl.sweep import data_parallel_train, sweep
+    from fusedrl import data_parallel_train, sweep
     from fusedrl.train import PPOConfig
     assert jax.device_count() == 4, jax.devices()
     config = PPOConfig(**{small})
@@ -763,8 +874,6 @@ def test_sharded_sweep_and_data_parallel_match_one_device(swept):
 def test_data_parallel_shards_stop_early_together():
     # With target_kl, each shard's minibatch KL differs (its own envs), so each shard alone would
     # stop at its own step and the parameters would drift apart; the decision uses the mean KL.
-    from fusedrl.sweep import DATA_AXIS, data_parallel_train
-
     config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4,
                        update_epochs=4, num_minibatches=2, hidden_sizes=(16,), lr=1e-2, target_kl=1e-3)
     # The program `data_parallel_train` runs on one device, kept per shard to compare the shards.
@@ -783,8 +892,6 @@ def test_data_parallel_shards_stop_early_together():
 
 
 def test_data_parallel_refuses_a_host_env_and_bad_devices_by_name():
-    from fusedrl.sweep import data_parallel_train
-
     config = PPOConfig(env_id="gymnasium:CartPole-v1", num_envs=4, num_steps=8, total_timesteps=64)
     with pytest.raises(ValueError, match="gymnasium:CartPole-v1.*host.*CartPole-v1"):
         data_parallel_train(config, jax.devices()[:1], num_shards=2)
@@ -818,7 +925,7 @@ def test_data_parallel_metrics_invent_no_episodes():
     per_shard = {"episodes_completed": n, "episode_return": ret, "episode_length": length,
                  "env_steps": np.tile(np.arange(1, 6) * 8, (2, 1)), "learning_rate": np.full((2, 5), 1e-3),
                  "gradient_steps": np.ones((2, 5), np.int32), "policy_loss": np.ones((2, 5), np.float32)}
-    agent = jax.jit(sweep_module._combine)(per_shard)
+    agent = jax.jit(data_parallel._combine)(per_shard)
     np.testing.assert_array_equal(agent["episode_return"], [0, 16, 10, 10, 20])
     np.testing.assert_array_equal(agent["episode_length"], [0, 15, 9, 9, 30])
     np.testing.assert_array_equal(agent["episodes_completed"], [0, 1, 1, 0, 2])
@@ -830,8 +937,6 @@ def test_data_parallel_episode_statistics_are_the_agents():
     """A real 2-shard agent (the reviewer's case): 1 env x 4 steps per shard, so most updates end
     no episode (key 0: shard 1's first at update 3, none again until update 8); the agent's
     metrics and its final `last_return`/`last_length` are those of all its shards' episodes."""
-    from fusedrl.sweep import DATA_AXIS, data_parallel_train
-
     config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=4, total_timesteps=2 * 4 * 12,
                        update_epochs=1, num_minibatches=1, hidden_sizes=(8,))
     train = make_train(config.replace(num_envs=1, total_timesteps=4 * 12), axis_name=DATA_AXIS)
@@ -852,8 +957,6 @@ def test_data_parallel_normalizes_advantages_over_the_agents_minibatch(monkeypat
     The advantages are normalised over the agent's four, so the run is valid (PPOConfig refuses
     one-transition minibatches under normalize_adv only because they would all be 0) and learns
     as one agent with the four envs learns from the same rollout."""
-    from fusedrl.sweep import DATA_AXIS, data_parallel_train
-
     config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=1, total_timesteps=4 * 3,
                        update_epochs=2, num_minibatches=1, hidden_sizes=(8,))
     built = []  # the shards' trainer
@@ -862,7 +965,7 @@ def test_data_parallel_normalizes_advantages_over_the_agents_minibatch(monkeypat
         built.append(make_train(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(sweep_module, "make_train", spy)
+    monkeypatch.setattr(data_parallel, "make_train", spy)
     agent = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(0))
     assert np.isfinite(agent.metrics["policy_loss"]).all()
     (shard,) = built
@@ -884,7 +987,7 @@ MULTI_HOST = textwrap.dedent(
     process_id, port = int(sys.argv[1]), sys.argv[2]
     jax.distributed.initialize(coordinator_address=f"localhost:{{port}}", num_processes=2,
                                process_id=process_id, initialization_timeout=120)
-    from fusedrl.sweep import sweep
+    from fusedrl import sweep
     from fusedrl.train import PPOConfig
     assert (jax.process_count(), jax.device_count(), jax.local_device_count()) == (2, 4, 2)
     r = sweep(PPOConfig(**{small}), 2, lr={lrs}, key=jax.random.key(7))
@@ -947,8 +1050,8 @@ def test_two_processes_on_localhost(swept, tmp_path):
 def test_cli_parses_axes_and_settings():
     import argparse
 
-    from fusedrl.sweep import LogUniform
     from fusedrl.sweep_cli import SweepCLIError, add_sweep_parser, build_config, parse_axes
+    from fusedrl.sweeps import LogUniform
 
     parser = argparse.ArgumentParser()
     add_sweep_parser(parser.add_subparsers(dest="command"))
@@ -1007,7 +1110,7 @@ def _piece_log(monkeypatch, stop_at=None, stop=None):
 
 
 def test_continue_in_pieces_stops_once_asked_with_two_pieces_in_flight(monkeypatch):
-    from fusedrl.sweep import continue_in_pieces
+    from fusedrl.streams import continue_in_pieces
 
     stop = threading.Event()
     events, advance = _piece_log(monkeypatch, stop_at=30, stop=stop)
@@ -1034,7 +1137,7 @@ def test_continue_in_pieces_keeps_no_earlier_pieces_states(with_stop, monkeypatc
     import gc
     import weakref
 
-    from fusedrl.sweep import continue_in_pieces
+    from fusedrl.streams import continue_in_pieces
     from fusedrl.train.ppo import TrainResult
 
     class States:
@@ -1061,7 +1164,7 @@ def _wait_for_stop(stop, seen, i):
 @pytest.mark.parametrize("failing", [0, 1, 2])
 def test_run_shares_stops_the_other_shares_when_one_fails(failing):
     # Whichever share fails: not only once the shares before it have returned.
-    from fusedrl.sweep import run_shares
+    from fusedrl.streams import run_shares
 
     seen = {}
 
@@ -1104,7 +1207,7 @@ def test_run_shares_stops_its_shares_on_ctrl_c():
     # to their end (a sweep interrupted at 10% ran to 100% before exiting).
     import signal
 
-    from fusedrl.sweep import run_shares
+    from fusedrl.streams import run_shares
 
     seen, started = {}, threading.Barrier(2)
 

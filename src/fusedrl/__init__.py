@@ -9,10 +9,11 @@
     swept = fusedrl.sweep(config, num_seeds=4, lr=[1e-4, 3e-4, 1e-3])   # one compile
 """
 
+from fusedrl.data_parallel import data_parallel_train
 from fusedrl.envs import make, register, registered_ids
 from fusedrl.evaluation import evaluate
 from fusedrl.policy import Policy, load
-from fusedrl.sweep import SweepResult, data_parallel_train, sweep
+from fusedrl.sweeps import SweepResult, sweep
 from fusedrl.train import (
     PRESETS,
     TRACED_FIELDS,
@@ -23,8 +24,7 @@ from fusedrl.train import (
     make_train,
     preset,
 )
-
-__version__ = "0.1.0"
+from fusedrl.version import __version__
 
 __all__ = [
     "PRESETS",

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fusedrl.files import write_atomic
+
 
 def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_return",
                  title: str | None = None, smooth: int | None = None):
@@ -106,8 +108,6 @@ def plot_learning_curve(metrics: Mapping[str, np.ndarray], path: str | os.PathLi
     """
     fig = curve_figure(metrics, **kwargs)
     if path is not None:
-        from fusedrl.runs import write_atomic
-
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         write_atomic(Path(path), buf.getvalue())

@@ -3,8 +3,8 @@
 The trainer calls its `callback(metrics)` through `jax.debug.callback`. Under `jax.vmap` (many
 seeds in one program) jax 0.10 unrolls that callback across the mapped axis: the host is called
 once per seed with that seed's unbatched metrics, in an order XLA is free to choose, and nothing
-in the metrics says which seed they belong to. `SeedTaggedPPO` therefore adds the seed index
-(`lax.axis_index` of the vmapped axis) to the metrics each callback receives, and `Monitor`
+in the metrics says which seed they belong to. The caller therefore passes each seed's number at
+the vmap site (`train.run(..., callback_extra={"seed": s})`, as `fusedrl.runs` does), and `Monitor`
 gathers the calls of one update until every seed has reported, then hands the rows to the
 loggers in seed order.
 
@@ -25,34 +25,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-import jax
 import numpy as np
 
-from fusedrl.train.ppo import PPO_ALGORITHM, Trainer, has_episode
-
-SEED_AXIS = "seed"  # the axis name `jax.vmap` must use for `SeedTaggedPPO`
-
-
-class SeedTaggedPPO(Trainer):
-    """PPO whose callback metrics carry `"seed"`: `first_seed` plus the index along the vmapped
-    `SEED_AXIS` (`PPO.run`'s `callback_extra`; the result's metrics are the plain trainer's).
-
-    Only meaningful under `jax.vmap(train, axis_name=SEED_AXIS)`. `first_seed` (an int, possibly
-    traced) numbers the seeds of one of several programs that share a run's seeds
-    (`fusedrl.runs`: one host thread per core, each with a vmap of its share).
-    """
-
-    def __init__(self, config, **kwargs):
-        super().__init__(config, PPO_ALGORITHM, **kwargs)
-
-    def __call__(self, key, hparams=None, first_seed=0):
-        hparams = self.check_hparams(hparams)
-        return self.run_seeds(self.init(key, hparams), hparams, first_seed=first_seed)
-
-    def run_seeds(self, state, hparams=None, num_updates=None, first_update=0, first_seed=0):
-        """`run` with the seeds numbered from `first_seed` (also for a run continued in pieces)."""
-        seed = first_seed + jax.lax.axis_index(SEED_AXIS)
-        return self.run(state, hparams, num_updates, first_update, callback_extra={"seed": seed})
+from fusedrl.train.ppo import has_episode
 
 
 class Logger(Protocol):

@@ -19,12 +19,12 @@ import jax
 
 from fusedrl.loggers import CSVLogger
 from fusedrl.progress import Monitor, ProgressBar, dispatch, interrupt_guard
-from fusedrl.runs import RunOptions, _compiled
+from fusedrl.runs import RunOptions, compiled_run
 from fusedrl.train.presets import preset
 
 
 def timed_run(run, keys, hparams, config, csv_path) -> tuple[float, float]:
-    """`run(keys, hparams)` (a program from `fusedrl.runs._compiled`) fed to the sinks
+    """`run(keys, hparams)` (a program from `fusedrl.runs.compiled_run`) fed to the sinks
     `fusedrl train` uses: the CSV logger at `csv_path` and a progress bar drawn into a string.
     Returns (wall seconds, CPU seconds of all threads of this process)."""
     num_seeds = keys.shape[0]
@@ -46,7 +46,7 @@ def measure(env_id: str, every: list[int], repeats: int, num_seeds: int):
     keys = jax.random.split(jax.random.key(0), num_seeds)
     programs = {}
     for k in [0, *every]:
-        train, run, seconds = _compiled(config, num_seeds, k)
+        train, run, seconds = compiled_run(config, num_seeds, k)
         programs[k] = (run, train.default_hparams())
         print(f"compiled callback_every={k} in {seconds:.1f} s", flush=True)
     times: dict[int, list[float]] = {k: [] for k in programs}

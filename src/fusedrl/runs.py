@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -37,34 +36,20 @@ from typing import Any
 import jax
 import numpy as np
 
-import fusedrl
 from fusedrl import checkpoint as ckpt
 from fusedrl._argtypes import MAX_KEY_SEED, UsageError, import_modules, module_name_error, seed_error
-from fusedrl._json import dumps as strict_json
+from fusedrl.envs import make
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.envs.registry import on_register
 from fusedrl.evaluation import evaluate
+from fusedrl.files import write_atomic, write_json
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
-from fusedrl.progress import (
-    SEED_AXIS,
-    Monitor,
-    ProgressBar,
-    SeedTaggedPPO,
-    dispatch,
-    hold_interrupt,
-    interrupt_guard,
-    is_interrupt,
-)
-from fusedrl.sweep import (
-    _num_streams,
-    compile_in_pieces,
-    continue_in_pieces,
-    join_updates,
-    run_shares,
-    update_pieces,
-)
-from fusedrl.train.config import PPOConfig, strong_hparams
-from fusedrl.train.ppo import TrainResult, has_episode
+from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
+from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams, update_pieces
+from fusedrl.train import PPOConfig, TrainResult, make_train
+from fusedrl.train.config import strong_hparams
+from fusedrl.train.ppo import has_episode
+from fusedrl.version import __version__
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.csv"
@@ -82,33 +67,6 @@ EVAL_MAX_STEPS = 1_000_000
 
 class RunFolderExists(FileExistsError):
     pass
-
-
-# ------------------------------------------------------------------------------ atomic files
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Writes `data` to a temporary file next to `path`, then renames it over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; give it a normal file's mode
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json(path, obj) -> Path:
-    """`obj` as strict JSON (NaN as null, ±inf as ±1e999: see `fusedrl._json`), atomically."""
-    return write_atomic(path, strict_json(obj) + "\n")
 
 
 # ------------------------------------------------------------------------------- run options
@@ -158,7 +116,7 @@ class RunOptions:
 def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
     """The content of config.json."""
     return {
-        "fusedrl_version": fusedrl.__version__,
+        "fusedrl_version": __version__,
         "ppo": config.to_dict(),
         "run": dataclasses.asdict(options),
     }
@@ -247,19 +205,24 @@ def prepare_folder(out: str | os.PathLike, *, overwrite: bool) -> Path:
 def num_streams(num_seeds: int) -> int:
     """Host threads that share a run's `num_seeds` seeds, each running a vmap of an equal share.
 
-    On a lone CPU device: the largest count of usable cores that divides `num_seeds`. XLA:CPU runs
-    a vmapped agent's many small kernels on about one core, so one program per core is faster
-    (see `fusedrl.sweep`; `python -m fusedrl.bench runs` measures this program). Elsewhere 1: one
-    vmap of every seed.
+    On a lone CPU device: the largest count of usable cores that divides `num_seeds` (one program
+    per core: see `fusedrl.streams`; `python -m fusedrl.bench runs` measures this program).
+    Elsewhere 1: one vmap of every seed.
     """
-    cap = _num_streams(None, tuple(jax.devices()), num_seeds)  # the sweep's default: cores, or 1
+    cap = resolve_streams(None, tuple(jax.devices()), num_seeds)  # the sweep's default: cores, or 1
     return max(s for s in range(1, cap + 1) if num_seeds % s == 0)
 
 
-def _trainer(config: PPOConfig, callback_every: int) -> SeedTaggedPPO:
-    """The seed-tagged trainer, reporting to `dispatch` every `callback_every` updates (0: never)."""
+def _trainer(config: PPOConfig, callback_every: int):
+    """The trainer, reporting to `dispatch` every `callback_every` updates (0: never)."""
     kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
-    return SeedTaggedPPO(config, **kwargs)
+    return make_train(config, **kwargs)
+
+
+def _seeds(first_seed, num_seeds: int):
+    """The seed numbers of a share of `num_seeds` seeds starting at `first_seed` (possibly traced):
+    each seed's callback metrics carry its number as "seed", which `Monitor` sorts rows by."""
+    return first_seed + np.arange(num_seeds, dtype=np.int32)
 
 
 @functools.lru_cache(maxsize=8)
@@ -268,27 +231,29 @@ def _program(config: PPOConfig, num_seeds: int, callback_every: int):
     train = _trainer(config, callback_every)
 
     def train_seeds(keys, hparams, first_seed):
-        one = functools.partial(train, first_seed=first_seed)
-        return _strong(jax.vmap(one, in_axes=(0, None), axis_name=SEED_AXIS)(keys, hparams))
+        def one(key, seed):
+            return train.run(train.init(key, hparams), hparams, callback_extra={"seed": seed})
+
+        return _strong(jax.vmap(one)(keys, _seeds(first_seed, num_seeds)))
 
     return train, jax.jit(train_seeds)
 
 
 @functools.lru_cache(maxsize=8)
 def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int):
-    """`_program` for a share run in pieces of updates (several shares at once: see
-    `fusedrl.sweep.STREAM_PIECE_UPDATES`): (trainer, jitted `init(keys, hparams)`, jitted
-    `advance(states, hparams, first_seed, first_update, num_updates)`, the last static)."""
+    """`_program` for a share run in pieces of updates (`fusedrl.streams`): (trainer, jitted
+    `init(keys, hparams)`, jitted `advance(states, hparams, first_seed, first_update, num_updates)`,
+    the last static)."""
     train = _trainer(config, callback_every)
 
     def init(keys, hparams):
         return jax.vmap(train.init, in_axes=(0, None))(keys, hparams)
 
     def advance(states, hparams, first_seed, first_update, num_updates):
-        def one(state):
-            return train.run_seeds(state, hparams, num_updates, first_update, first_seed)
+        def one(state, seed):
+            return train.run(state, hparams, num_updates, first_update, callback_extra={"seed": seed})
 
-        return _strong(jax.vmap(one, axis_name=SEED_AXIS)(states))
+        return _strong(jax.vmap(one)(states, _seeds(first_seed, num_seeds)))
 
     return train, jax.jit(init), jax.jit(advance, static_argnums=4)
 
@@ -321,15 +286,15 @@ def _forget_programs(env_id: str) -> None:
     _COMPILED.clear()
 
 
-def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,
-              checkpoint_every: int = 0, start_update: int = 0):
+def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,
+                 checkpoint_every: int = 0, start_update: int = 0):
     """(trainer, `run(keys [num_seeds], hparams, states=None, on_checkpoint=None) -> TrainResult`,
     seconds spent compiling now: 0.0 when reused).
 
     `run` splits the seeds over `streams` host threads (default `num_streams`), each calling the
     same compiled programs on its consecutive share. One share trained from the start without
     checkpoints is one program; otherwise each share runs in pieces of updates
-    (`fusedrl.sweep.update_pieces`), one execution per piece, and all shares stop together at every
+    (`fusedrl.streams.update_pieces`), one execution per piece, and all shares stop together at every
     checkpoint (`checkpoint_segments`): `on_checkpoint(result so far)` is called there, with the
     metrics from `start_update` on. `states` (leaves [num_seeds, ...]) continues a run at update
     `start_update` (a restored checkpoint) instead of starting one from `keys`.
@@ -378,41 +343,26 @@ def _compiled(config: PPOConfig, num_seeds: int, callback_every: int, streams: i
             raise ValueError(f"a run continued at update {start_update} needs the states to continue.")
         init, advance = compiled
 
-        def part(i, states, pieces, stop=None):
-            first_seed = np.int32(i * per)
-            if states is None:
-                share = init(keys[i * per:(i + 1) * per], hparams)
-            else:
-                share = jax.tree.map(lambda x: x[i * per:(i + 1) * per], states)
-            try:
-                return jax.block_until_ready(continue_in_pieces(
-                    share,
-                    lambda states, first, n: advance[n](states, hparams, first_seed, np.int32(first)),
-                    pieces, stop,
-                ))
-            except BaseException as e:
-                # Ctrl-C (or a KeyboardInterrupt from a logger) in one share: the others stop at
-                # their next callback. Other errors are left to surface as themselves.
-                if is_interrupt(e) and dispatch.monitor is not None:
-                    dispatch.monitor.stop_requested = True
-                raise
+        def on_error(e):
+            # Ctrl-C (or a KeyboardInterrupt from a logger) in one share: the others stop at
+            # their next callback. Other errors are left to surface as themselves.
+            if is_interrupt(e) and dispatch.monitor is not None:
+                dispatch.monitor.stop_requested = True
 
-        metrics, result = [], None
-        for j, pieces in enumerate(plan):
-            if streams == 1:
-                result = part(0, states, pieces)
-            else:
-                result = run_shares(functools.partial(part, states=states, pieces=pieces), streams,
-                                    "fusedrl-run")
-            states = result.state
-            metrics.append(result.metrics)
-            if on_checkpoint is not None and j + 1 < len(plan):
-                on_checkpoint(result.replace(metrics=join_updates(metrics)))
-                if dispatch.monitor is not None and dispatch.monitor.stop_requested:
-                    raise KeyboardInterrupt  # a Ctrl-C during the stretch: stop at its checkpoint
+        def checkpoint(result):
+            on_checkpoint(result)
+            if dispatch.monitor is not None and dispatch.monitor.stop_requested:
+                raise KeyboardInterrupt  # a Ctrl-C during the stretch: stop at its checkpoint
+
+        result = drive(
+            lambda i: init(keys[i * per:(i + 1) * per], hparams),
+            lambda i, share, first, n: advance[n](share, hparams, np.int32(i * per), np.int32(first)),
+            streams, plan, states=states, between=None if on_checkpoint is None else checkpoint,
+            on_error=on_error, thread_name_prefix="fusedrl-run",
+        )
         if result is None:  # nothing left to train
             return TrainResult(state=states, metrics={}, hparams=hparams)
-        return result.replace(metrics=join_updates(metrics))
+        return result
 
     return train, run, seconds
 
@@ -469,7 +419,7 @@ def train_run(
     if options is not None and option_kwargs:
         raise TypeError(f"pass either options= or option keywords, not both ({sorted(option_kwargs)}).")
     options = options or RunOptions(**option_kwargs)
-    fusedrl.make(config.env_id, **config.env_params)  # unknown env: fail before any work
+    make(config.env_id, **config.env_params)  # unknown env: fail before any work
     check_supported(config, options)
     path = prepare_folder(out, overwrite=overwrite) if out is not None else None
     if path is not None:
@@ -623,7 +573,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
                         f"{streams} (this machine's cores): other programs, so it will match the run "
                         f"uninterrupted to float32 rounding only, not bit for bit.")
             with hold_interrupt("compiling", progress_file):  # see hold_interrupt: XLA and Ctrl-C
-                train, run_seeds, compile_s = _compiled(config, options.num_seeds, every, streams,
+                train, run_seeds, compile_s = compiled_run(config, options.num_seeds, every, streams,
                                                         checkpoint_every=options.checkpoint_every,
                                                         start_update=start)
             hparams = train.default_hparams()

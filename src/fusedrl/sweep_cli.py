@@ -14,7 +14,8 @@ any PPOConfig field for every run (env params as env_params.NAME=VALUE or NAME=V
 The run folder gets table.csv (one row per run), summary.csv (mean over seeds per combination),
 curves.npz (every metric [seed, ..., update] with its axes), sweep.json (the base config, with each
 swept field null, and the axes; for zip and random sweeps each trial's values) and one PNG of
-learning curves per swept field.
+learning curves per swept field. With --eval-episodes N every run ends with a greedy evaluation of
+N episodes, and both tables get its mean return (eval_return).
 
 Hook into fusedrl's main parser with `add_sweep_parser(subparsers)`; the parsed args carry
 `func=run_sweep`.
@@ -76,6 +77,9 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
                    help="replace the outputs of an earlier sweep in --out")
     p.add_argument("--progress-every", type=int, metavar="K",
                    help="updates between progress callbacks; 0 = no progress (default: ~20 per run)")
+    p.add_argument("--eval-episodes", type=int, metavar="N",
+                   help="end with a greedy evaluation of every run, N episodes each: an eval_return "
+                        "column in table.csv and summary.csv (default: none)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG learning curves")
     add_import_option(p)
     p.set_defaults(func=run_sweep)
@@ -107,7 +111,7 @@ def parse_list(flag: str, item: str) -> tuple[str, list[float]]:
 
 def parse_random(item: str):
     """"lr=1e-5:1e-3" -> ("lr", (1e-5, 1e-3)); log:/uniform: prefixes; "A,B" -> a choice list."""
-    from fusedrl.sweep import LogUniform, Uniform
+    from fusedrl.sweeps import LogUniform, Uniform
 
     name, text = _split_axis("--random", item)
     if ":" not in text:
@@ -250,15 +254,19 @@ def run_sweep(args) -> int:
 def _run(args) -> int:
     import jax
 
-    from fusedrl.sweep import check_sweep, sweep
+    from fusedrl.sweeps import check_sweep, sweep
 
     if args.num_seeds < 1:
         raise SweepCLIError(f"--num-seeds must be >= 1, got {args.num_seeds}.")
+    if args.eval_episodes is not None and args.eval_episodes < 1:
+        raise SweepCLIError(f"--eval-episodes must be >= 1, got {args.eval_episodes} (leave it out for "
+                            f"no evaluation).")
     mode, axes = parse_axes(args)
     config = build_config(args, axes)
     check_network(config, SweepCLIError)
     # Bad input is a usage error; an error once the sweep runs is not, and shows its traceback.
-    plan = dict(mode=mode, num_samples=args.num_samples, key=jax.random.key(args.seed), **axes)
+    plan = dict(mode=mode, num_samples=args.num_samples, key=jax.random.key(args.seed),
+                eval_episodes=args.eval_episodes, **axes)
     try:
         check_sweep(config, args.num_seeds, **plan)
     except (TypeError, ValueError) as e:
@@ -305,27 +313,8 @@ def _run(args) -> int:
 
 
 def summary_rows(result, metric: str = "episode_return") -> list[dict[str, Any]]:
-    """Mean (and std) over seeds of the per-run summaries, one row per combination, best first.
-
-    A run in which no episode ended has NaN summaries (`SweepResult.to_table`), and so has its
-    combination's mean: such combinations come last."""
-    rows = result.to_table(metric)
-    short = metric.removeprefix("episode_")
-    key_names = [d for d in result.dims if d != "seed"] + [f for f in result.fields if f not in result.dims]
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[k] for k in key_names), []).append(row)
-    out = []
-    for key, members in groups.items():
-        entry = dict(zip(key_names, key, strict=True))
-        entry["seeds"] = len(members)
-        for stat in ("final", "last10", "best"):
-            vals = np.array([m[f"{stat}_{short}"] for m in members])
-            entry[f"{stat}_{short}_mean"] = float(vals.mean())
-            entry[f"{stat}_{short}_std"] = float(vals.std())
-        out.append(entry)
-    out.sort(key=lambda e: (np.isnan(e[f"last10_{short}_mean"]), -e[f"last10_{short}_mean"]))
-    return out
+    """The rows of summary.csv: `SweepResult.summary` (means and stds over seeds, best first)."""
+    return result.summary(metric)
 
 
 def format_summary(result, metric: str = "episode_return", limit: int = 10) -> str:
@@ -355,16 +344,10 @@ def output_files(out: Path) -> list[Path]:
 
 def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, seconds: float = 0.0) -> None:
     """table.csv, summary.csv, curves.npz, sweep.json and (if matplotlib) curves_by_<field>.png."""
-    import csv
-
-    from fusedrl.sweep import _py
+    from fusedrl.sweeps.result import as_python
 
     result.to_csv(out / "table.csv")
-    rows = summary_rows(result)
-    with open(out / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    result.to_csv(out / "summary.csv", summary=True)
     arrays = {f"metric/{k}": v for k, v in result.metrics.items()}
     arrays.update({f"axis/{k}": np.asarray(v) for k, v in result.axes.items()})
     arrays.update({f"value/{k}": np.asarray(v) for k, v in result.values.items()})
@@ -379,9 +362,9 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
         "mode": result.mode,
         "dims": list(result.dims),
         # As the CSVs write them: float32 0.9 as 0.9, not its float64 expansion 0.8999999761581421.
-        "axes": {k: [_py(x) for x in np.asarray(v)] for k, v in result.axes.items()},
+        "axes": {k: [as_python(x) for x in np.asarray(v)] for k, v in result.axes.items()},
         # Each swept field's value per trial (zip/random; a grid's are its axes), as table.csv has them.
-        "values": {k: [_py(x) for x in np.asarray(v)[0].reshape(-1)] for k, v in result.values.items()
+        "values": {k: [as_python(x) for x in np.asarray(v)[0].reshape(-1)] for k, v in result.values.items()
                    if "trial" in result.dims},
         "seed": seed,
         "num_runs": result.num_runs,

@@ -92,7 +92,7 @@ def run_ours_sweep(seeds: int, num_envs: int, num_steps: int, total: int) -> dic
     difference is reported as compile time."""
     import time
 
-    from fusedrl.sweep import sweep
+    from fusedrl.sweeps import sweep
 
     config = _config(num_envs, num_steps, total)
     t0 = time.perf_counter()

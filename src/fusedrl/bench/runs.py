@@ -22,7 +22,7 @@ import jax
 
 from fusedrl.cli import CLIError, parse_overrides
 from fusedrl.progress_cost import timed_run
-from fusedrl.runs import RunOptions, _compiled, num_streams
+from fusedrl.runs import RunOptions, compiled_run, num_streams
 from fusedrl.train.presets import preset
 
 
@@ -32,7 +32,7 @@ def measure(config, num_seeds: int, repeats: int) -> dict[int, list[float]]:
     keys = jax.random.split(jax.random.key(0), num_seeds)
     programs = {}
     for streams in dict.fromkeys([num_streams(num_seeds), 1]):
-        train, run, seconds = _compiled(config, num_seeds, every, streams)
+        train, run, seconds = compiled_run(config, num_seeds, every, streams)
         programs[streams] = (run, train.default_hparams())
         print(f"compiled streams={streams} ({num_seeds // streams} seed(s) per program) in {seconds:.1f} s",
               flush=True)

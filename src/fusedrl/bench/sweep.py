@@ -23,7 +23,6 @@ of the same strategy. The machine may be shared: numbers are noisy.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import statistics
 import sys
@@ -76,15 +75,15 @@ def _streams_list(text: str) -> list[int | None]:
 def measure(num_agents: int, num_updates: int, min_time: float, repeats: int,
             streams: int | None = None) -> dict:
     """First-call (compile) time and median call time of `fusedrl.sweep` over `num_agents` seeds."""
-    # `fusedrl.sweep` is the public function; its module is reached through importlib.
-    S = importlib.import_module("fusedrl.sweep")
+    from fusedrl import sweeps  # `sweeps.sweep` looked up at call time (tests replace it)
+    from fusedrl.streams import resolve_streams
 
     config = config_for(num_updates)
     devices = tuple(jax.devices())
 
     def call():
         t = time.perf_counter()
-        S.sweep(config, num_agents, keep_state=False, streams=streams)
+        sweeps.sweep(config, num_agents, keep_state=False, streams=streams)
         return time.perf_counter() - t
 
     first = call()
@@ -96,7 +95,7 @@ def measure(num_agents: int, num_updates: int, min_time: float, repeats: int,
     steps = num_agents * config.env_steps
     return {
         "agents": num_agents,
-        "streams": S._num_streams(streams, devices, num_agents),
+        "streams": resolve_streams(streams, devices, num_agents),
         "devices": len(devices),
         "env_steps_per_agent": config.env_steps,
         "compile_s": max(first - seconds, 0.0),
@@ -141,12 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"jax {jax.__version__}, {jax.device_count()} {jax.devices()[0].platform} device(s); "
           f"CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh, "
           f"{args.num_updates} updates per agent", file=sys.stderr, flush=True)
+    from fusedrl.streams import resolve_streams
+
     rows = []
-    S = importlib.import_module("fusedrl.sweep")
     for n in args.agents:
         done = set()
         for streams in args.streams:
-            resolved = S._num_streams(streams, tuple(jax.devices()), n)
+            resolved = resolve_streams(streams, tuple(jax.devices()), n)
             if resolved in done:  # e.g. auto and 1 at one agent: the same program, measured once
                 continue
             done.add(resolved)
