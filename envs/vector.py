@@ -22,7 +22,6 @@ it is used never depends on its value, so the initial-state distribution is unch
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any
 
 import jax
@@ -30,6 +29,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fusedrl._argtypes import is_int
+from fusedrl._warnings import warn_user
 from fusedrl.envs.base import (
     Environment,
     check_action,
@@ -41,20 +41,89 @@ from fusedrl.envs.base import (
 
 
 def _warn_own_step_or_reset(env) -> None:
-    """Warns when the env's class overrides `step` or `reset` (other than gymnax's classes and
-    fusedrl's base class, whose overrides add nothing the learners need): VecEnv never calls them,
-    so what the override adds (a reward scaled in `step`, say) would be skipped, silently."""
+    """Warns when the env's class overrides `step` or `reset` with something VecEnv would skip.
+
+    VecEnv never calls an env's `step` or `reset`: it steps each env with `step_env` and
+    `is_truncated` and resets it with `reset_env`, as gymnax's own `step` does. The contract: an
+    override of `step`/`reset` must return what gymnax's does (an auto-reset written by hand, as in
+    envs derived from older gymnax, say); one that adds anything (a reward scaled in `step`) is
+    warned about, since training would skip it silently. gymnax's and fusedrl's base classes are
+    trusted; any other override is run once per class (one small compiled program, one env, the
+    default params) beside gymnax's auto-reset of the same `step_env`/`reset_env` with the same
+    keys, and the warning is raised only when their results differ (or the override fails to run).
+    """
     for name in ("step", "reset"):
         owner = next((c for c in type(env).__mro__ if name in vars(c)), None)
         if owner is None or owner is Environment or owner.__module__.split(".")[0] == "gymnax":
             continue
-        warnings.warn(
+        if _override_matches_gymnax(env, name):
+            continue
+        warn_user(
             f"{type(env).__name__} overrides {name} (in {owner.__name__}), which VecEnv, and so training and "
             f"evaluation, never calls: it steps each env with step_env and is_truncated and resets it with "
-            f"reset_env. Put what {owner.__name__}.{name} adds into step_env (or reset_env).",
+            f"reset_env. {owner.__name__}.{name} returns other results than gymnax's {name} built from them "
+            f"(run with the same key): put what it adds into step_env (or reset_env).",
             UserWarning,
-            stacklevel=3,
         )
+
+
+_OVERRIDE_CHECKS: dict[tuple[type, str], bool] = {}
+
+
+def _override_matches_gymnax(env, name: str) -> bool:
+    """Whether the env's `step` (or `reset`) returns what gymnax's returns, on a reset state of the
+    default params with a sampled action (checked once per class). False if it cannot be run."""
+    cls = type(env)
+    if (cls, name) not in _OVERRIDE_CHECKS:
+        try:
+            with jax.ensure_compile_time_eval():  # concrete values, even when built inside a trace
+                _OVERRIDE_CHECKS[cls, name] = bool(_compare_with_gymnax(env, name))
+        except Exception:  # noqa: BLE001  (an env that needs arguments, a crashing override: warn)
+            _OVERRIDE_CHECKS[cls, name] = False
+    return _OVERRIDE_CHECKS[cls, name]
+
+
+def _compare_with_gymnax(env, name: str):
+    params = env.default_params
+
+    def gymnax_step(key, state, action):
+        key_step, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, terminated, info = env.step_env(key_step, state, action, params)
+        truncated = env.is_truncated(state_st, params)
+        done = jnp.logical_or(terminated, truncated)
+        obs_re, state_re = env.reset_env(key_reset, params)
+        obs, state = jax.tree.map(lambda r, s: jax.lax.select(done, r, s), (obs_re, state_re), (obs_st, state_st))
+        return obs, state, reward, terminated, truncated
+
+    def compare(key):
+        k_reset, k_action, k_step = jax.random.split(key, 3)
+        got_reset, want_reset = tuple(env.reset(k_reset, params)), env.reset_env(k_reset, params)
+        if name == "reset":
+            return _close(got_reset[:2], want_reset)
+        state = want_reset[1]
+        action = env.action_space(params).sample(k_action)
+        got = tuple(env.step(k_step, state, action, params))
+        want = gymnax_step(k_step, state, action)
+        if len(got) == 5:  # gymnax < 1.0's step: (obs, state, reward, done, info)
+            want = (*want[:3], want[3] | want[4])
+        return _close(got[:len(want)], want)
+
+    return jax.jit(compare)(jax.random.key(0))
+
+
+def _close(got, want) -> jax.Array:
+    """[] bool: the pytrees have one structure and their leaves agree to float32 rounding."""
+    if jax.tree.structure(got) != jax.tree.structure(want):
+        return jnp.asarray(False)
+
+    def numbers(x):
+        x = jnp.asarray(x)
+        return jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+    same = [jnp.asarray(False) if jnp.shape(a) != jnp.shape(b) else
+            jnp.allclose(numbers(a).astype(jnp.float32), numbers(b).astype(jnp.float32), rtol=1e-5, atol=1e-6)
+            for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)]
+    return jnp.all(jnp.stack(same)) if same else jnp.asarray(True)
 
 
 @struct.dataclass
@@ -378,11 +447,17 @@ def _check_draws(draws, state: VecEnvState, num_envs: int):
         )
     # Compare whole shapes, not only the leading axis: with T == N a whole predraw [T, N, ...]
     # would pass a leading-axis check and broadcast into [N, N, ...] states.
-    one_step = jax.tree.map(jnp.shape, (state.pool_obs, state.env_state))
     keys_ok = draws.step_keys is None or jnp.shape(draws.step_keys) == (num_envs,)
-    if not keys_ok or jax.tree.map(jnp.shape, (draws.reset_obs, draws.reset_state)) != one_step:
+    if not keys_ok or _leaf_shapes((draws.reset_obs, draws.reset_state)) != _leaf_shapes(
+            (state.pool_obs, state.env_state)):
         raise ValueError(
             f"draws must be ONE step's slice of predraw (leaves [N={num_envs}, ...], shaped like the "
             f"state's), got reset_obs of shape {jnp.shape(draws.reset_obs)} for observations of "
             f"shape {jnp.shape(state.pool_obs)}; pass draws[t], or scan over the predraw result."
         )
+
+
+def _leaf_shapes(tree) -> list[tuple[str, tuple[int, ...]]]:
+    """(path, shape) of every leaf: compares two states without calling their classes' `__eq__`,
+    which may return an array (navix's `Event`) or compare static NumPy fields (MJX's `Data`)."""
+    return [(jax.tree_util.keystr(path), jnp.shape(x)) for path, x in jax.tree_util.tree_leaves_with_path(tree)]
