@@ -32,6 +32,13 @@ class Environment(environment.Environment):
     Subclasses implement gymnax's `step_env`, `reset_env`, `get_obs`, `is_terminated`,
     `action_space`, `observation_space` and `default_params`, and set `deterministic_step = True`
     when `step_env` ignores its key (lets the vectorised stepper skip per-env key splitting).
+
+    The learners step envs through `fusedrl.envs.VecEnv`, which calls `step_env`, `is_truncated`
+    and `reset_env` and resets finished envs itself: an env's own `step` and `reset` are never
+    called. Overriding them is harmless when the override returns what gymnax's `step`/`reset`
+    return (an auto-reset written by hand, as in envs derived from older gymnax); an override that
+    changes the results (a reward scaled in `step`) would be skipped in training, so `VecEnv` warns
+    about it (checked once per class on one step; see `fusedrl.envs.vector`).
     """
 
     deterministic_step: bool = False

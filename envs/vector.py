@@ -92,7 +92,8 @@ def _compare_with_gymnax(env, name: str):
         truncated = env.is_truncated(state_st, params)
         done = jnp.logical_or(terminated, truncated)
         obs_re, state_re = env.reset_env(key_reset, params)
-        obs, state = jax.tree.map(lambda r, s: jax.lax.select(done, r, s), (obs_re, state_re), (obs_st, state_st))
+        obs, state = jax.tree.map(lambda r, s: jax.lax.select(done, r, s),
+                                  (obs_re, state_re), (obs_st, state_st))
         return obs, state, reward, terminated, truncated
 
     def compare(key):
@@ -459,5 +460,6 @@ def _check_draws(draws, state: VecEnvState, num_envs: int):
 
 def _leaf_shapes(tree) -> list[tuple[str, tuple[int, ...]]]:
     """(path, shape) of every leaf: compares two states without calling their classes' `__eq__`,
-    which may return an array (navix's `Event`) or compare static NumPy fields (MJX's `Data`)."""
-    return [(jax.tree_util.keystr(path), jnp.shape(x)) for path, x in jax.tree_util.tree_leaves_with_path(tree)]
+    which may return an array (navix's `Event`) or compare NumPy fields (MJX's `Data`)."""
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    return [(jax.tree_util.keystr(path), jnp.shape(x)) for path, x in leaves]

@@ -12,8 +12,7 @@ import pytest
 from flax import struct
 
 import fusedrl
-from fusedrl.envs import Discrete, Environment, EnvParams, EnvState, VecEnv
-from fusedrl.envs import wrappers as W
+from fusedrl.envs import Box, Discrete, Environment, EnvParams, EnvState, VecEnv, registry
 
 
 # A state whose class's own __eq__ cannot be used on pytrees of shapes ----------------------------
@@ -61,6 +60,9 @@ class Walk(Environment):
     def action_space(self, params=None):
         return Discrete(2)
 
+    def observation_space(self, params=None):
+        return Box(-jnp.inf, jnp.inf, (2,), jnp.float32)
+
 
 @pytest.mark.timeout(60)
 def test_predrawn_step_of_a_state_whose_eq_is_not_a_bool():
@@ -84,3 +86,91 @@ def test_predrawn_step_of_a_state_whose_eq_is_not_a_bool():
     with pytest.raises(ValueError, match=r"ONE step's slice of predraw"):  # the check still works
         jax.eval_shape(lambda k: vec.step(vec.reset(k, params)[1], jnp.ones(n, jnp.int32), params,
                                           vec.predraw(k, params, 2)), jax.random.key(0))
+
+
+# Overrides of step/reset: warned about only when they change the results -----------------------
+class OldGymnaxAutoReset(Walk):
+    """As envs derived from gymnax < 1.0 (Craftax): step and reset re-implement gymnax's auto-reset,
+    returning (obs, state, reward, done, info)."""
+
+    def step(self, key, state, action, params=None):
+        params = self.default_params if params is None else params
+        key, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, done, info = self.step_env(key, state, action, params)
+        done = done | self.is_truncated(state_st, params)
+        obs_re, state_re = self.reset_env(key_reset, params)
+        state = jax.tree.map(lambda x, y: jax.lax.select(done, x, y), state_re, state_st)
+        return jax.lax.select(done, obs_re, obs_st), state, reward, done, info
+
+    def reset(self, key, params=None):
+        return self.reset_env(key, self.default_params if params is None else params)
+
+
+class BonusInStep(OldGymnaxAutoReset):
+    def step(self, key, state, action, params=None):
+        obs, state, reward, done, info = super().step(key, state, action, params)
+        return obs, state, reward + 1.0, done, info
+
+
+class ShiftedReset(OldGymnaxAutoReset):
+    def reset(self, key, params=None):
+        obs, state = super().reset(key, params)
+        state = state.replace(pos=state.pos + 5.0)
+        return state.pos, state
+
+
+@pytest.mark.timeout(60)
+def test_an_override_that_only_reimplements_auto_reset_is_not_warned_about():
+    # Every gymnax-derived third-party env with its own auto-reset was warned about, in vain.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        VecEnv(OldGymnaxAutoReset(), 4)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cls, method", [(BonusInStep, "step"), (ShiftedReset, "reset")])
+def test_an_override_that_changes_the_results_is_warned_about(cls, method):
+    with pytest.warns(UserWarning, match=rf"{cls.__name__} overrides {method} \(in {cls.__name__}\), which "
+                                         rf"VecEnv, and so training and evaluation, never calls") as record:
+        VecEnv(cls(), 4)
+    assert len(record) == 1
+
+
+# Warnings name the user's line, whichever path reaches them ---------------------------------------
+@pytest.fixture
+def private_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+
+class OneStepLimit(Walk):
+    """Params that inherit gymnax's max_steps_in_episode = 1."""
+
+    @property
+    def default_params(self):
+        return EnvParams()
+
+
+def _filenames(record):
+    return [w.filename for w in record]
+
+
+@pytest.mark.timeout(60)
+def test_warnings_point_at_the_users_call_through_make_and_through_a_traced_train(private_registry):
+    # A fixed stacklevel named a line of fusedrl (ppo.py, wrappers.py) or jax when the same check was
+    # reached through make_train or inside a traced train.
+    fusedrl.register("OneStepLimit-v0", OneStepLimit)
+    with pytest.warns(UserWarning, match="inherits gymnax's EnvParams default of 1") as direct:
+        fusedrl.make("OneStepLimit-v0")
+    with pytest.warns(UserWarning, match="inherits gymnax's EnvParams default of 1") as via_trainer:
+        fusedrl.make_train(fusedrl.PPOConfig(env_id="OneStepLimit-v0", num_envs=2, num_steps=4,
+                                             total_timesteps=8, num_minibatches=1, hidden_sizes=(4,)))
+    assert _filenames(direct) == _filenames(via_trainer) == [__file__]
+
+    fusedrl.register("BonusInStep-v0", BonusInStep)
+    with pytest.warns(UserWarning, match="BonusInStep overrides step") as direct:
+        VecEnv(BonusInStep(), 2)
+    train = fusedrl.make_train(fusedrl.PPOConfig(env_id="BonusInStep-v0", num_envs=2, num_steps=4,
+                                                 total_timesteps=8, num_minibatches=1, hidden_sizes=(4,)))
+    with pytest.warns(UserWarning, match="BonusInStep overrides step") as traced:
+        jax.eval_shape(train, jax.random.key(0))  # VecEnv is built inside the traced train
+    assert set(_filenames(direct)) == set(_filenames(traced)) == {__file__}
