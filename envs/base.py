@@ -42,6 +42,10 @@ class Environment(environment.Environment):
     """
 
     deterministic_step: bool = False
+    #: Whether one `reset_env` costs much more than one `step_env` (it generates a level, say). The
+    #: rollout then resets finished envs as their episodes end instead of drawing an initial state
+    #: for every (step, env) ahead (`VecEnv.rollout_draws`). None: measured from XLA's cost estimate.
+    expensive_reset: bool | None = None
 
     def step(self, key, state, action, params=None):
         params = check_params(self, params)

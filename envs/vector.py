@@ -127,6 +127,43 @@ def _close(got, want) -> jax.Array:
     return jnp.all(jnp.stack(same)) if same else jnp.asarray(True)
 
 
+#: `VecEnv.rollout_draws` predraws resets unless one `reset_env` accesses more than this many times the
+#: memory one `step_env` does (XLA's cost analysis, "bytes accessed", one env each). Reset/step
+#: ratios on CPU: CartPole 5.1, Pendulum 3.1, MountainCar 3.0, gymnax FourRooms 1.4, Catch 0.9,
+#: Breakout-MinAtar 0.7, Acrobot 0.6, SpaceInvaders-MinAtar 0.13; Craftax-Symbolic 15,
+#: Craftax-Classic-Symbolic 18 (whose resets generate a world). XLA's flop counts do not separate
+#: them (Craftax-Classic's step counts more flops than its reset). A reset that accesses at most
+#: `CHEAP_RESET_BYTES` counts as cheap whatever the step: drawing a few random numbers (CartPole's
+#: reset, 2.9 kB; MinAtar's, up to 9 kB) costs little even against a step that does nothing.
+EXPENSIVE_RESET_RATIO = 8.0
+CHEAP_RESET_BYTES = 16 * 2**10
+
+_RESET_COSTS: dict[tuple, bool] = {}
+
+
+def _measured_expensive_reset(env, params) -> bool:
+    """`reset_env` accesses more than `EXPENSIVE_RESET_RATIO` times the memory of `step_env` and more
+    than `CHEAP_RESET_BYTES`, by XLA's estimate of one env's programs (lowered from abstract inputs,
+    never compiled). False when the estimate is not available."""
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), params)
+    # Per class, not per instance: every trainer makes its own env, and lowering costs ~0.2 s.
+    cache_key = (type(env), jax.tree.structure(abstract), tuple(jax.tree.leaves(abstract)))
+    if cache_key in _RESET_COSTS:
+        return _RESET_COSTS[cache_key]
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+    try:
+        _, state = jax.eval_shape(env.reset_env, key, abstract)
+        action = jax.eval_shape(lambda k: env.action_space(params).sample(k), key)
+        reset = jax.jit(env.reset_env).lower(key, abstract).cost_analysis()
+        step = jax.jit(env.step_env).lower(key, state, action, abstract).cost_analysis()
+        reset_bytes, step_bytes = (float(c["bytes accessed"]) for c in (reset, step))
+        expensive = reset_bytes > max(EXPENSIVE_RESET_RATIO * step_bytes, CHEAP_RESET_BYTES)
+    except Exception:  # noqa: BLE001  (no cost analysis on this backend, an env that needs concrete
+        expensive = False  # params to build its action space: keep the predraw, today's default)
+    _RESET_COSTS[cache_key] = expensive
+    return expensive
+
+
 @struct.dataclass
 class StepDraws:
     """Random inputs of one or more steps, drawn ahead by `VecEnv.predraw`.
@@ -228,6 +265,32 @@ class VecEnv:
         """Bytes of device memory `predraw(key, params, num_steps)` returns (computed abstractly)."""
         shapes = jax.eval_shape(lambda k: self.predraw(k, params, num_steps), jax.random.key(0))
         return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+
+    def reset_is_expensive(self, params) -> bool:
+        """Whether one `reset_env` costs much more than one `step_env`: the env's own
+        `expensive_reset` when it declares one (True or False), else XLA's estimate of the memory
+        each accesses (one env, abstract params, no compile; once per env class), against
+        `EXPENSIVE_RESET_RATIO` and `CHEAP_RESET_BYTES`."""
+        declared = getattr(self.env, "expensive_reset", None)
+        if declared is not None:
+            return bool(declared)
+        return _measured_expensive_reset(self.env, check_params(self.env, params))
+
+    def rollout_draws(self, key: jax.Array, params, num_steps: int, *, max_bytes: int) -> StepDraws | None:
+        """The draws a rollout of `num_steps` steps passes to `step` (`draws[t]` at step t), or None,
+        in which case it steps without draws (each env resets from the reset pool).
+
+        Predrawing makes `num_steps * N` resets for the at most as many that episodes end on: worth
+        it when a reset costs about what a step does (classic control, MinAtar), where the step loop
+        then draws no random numbers and takes no branch. It returns None when the predraw would
+        take more than `max_bytes` of device memory, or when resets are expensive
+        (`reset_is_expensive`: an env that generates a world per reset, such as Craftax, draws only
+        the resets its episodes use).
+        """
+        params = check_params(self.env, params)
+        if self.reset_is_expensive(params) or self.predraw_bytes(params, num_steps) > max_bytes:
+            return None
+        return self.predraw(key, params, num_steps)
 
     def step(self, state: VecEnvState, action: jax.Array, params=None, draws: StepDraws | None = None):
         """Steps all N envs with `action` [N, *action_shape]; resets those whose episode ended.

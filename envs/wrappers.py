@@ -6,6 +6,7 @@ Every wrapper takes an object with `VecEnv`'s interface and exposes the same one
     step(state, action [N, ...], params, draws=None)
         -> (obs, state, reward [N], terminated [N], truncated [N], info)
     predraw(key, params, num_steps) -> StepDraws  (the VecEnv's, passed through)
+    rollout_draws(key, params, num_steps, *, max_bytes) -> StepDraws | None  (likewise)
 
 plus `env` (the single underlying env), `num_envs`, `action_space(params)` and
 `observation_space(params)` (single-env spaces, as in gymnax). Wrappers are static Python objects;
@@ -178,6 +179,10 @@ class VecEnvWrapper:
 
     def predraw_bytes(self, params, num_steps: int) -> int:
         return self.venv.predraw_bytes(params, num_steps)
+
+    def rollout_draws(self, key: jax.Array, params, num_steps: int, *, max_bytes: int):
+        """The wrapped `VecEnv`'s `rollout_draws`: a predraw for the rollout, or None."""
+        return self.venv.rollout_draws(key, params, num_steps, max_bytes=max_bytes)
 
     def step(self, state, action: jax.Array, params=None, draws=None):
         """Steps with `action` [N, *action_shape] (and optionally one step of `predraw`'s draws);

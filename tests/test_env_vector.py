@@ -13,6 +13,7 @@ from flax import struct
 
 import fusedrl
 from fusedrl.envs import Box, Discrete, Environment, EnvParams, EnvState, VecEnv, registry
+from fusedrl.envs import wrappers as W
 
 
 # A state whose class's own __eq__ cannot be used on pytrees of shapes ----------------------------
@@ -174,3 +175,65 @@ def test_warnings_point_at_the_users_call_through_make_and_through_a_traced_trai
     with pytest.warns(UserWarning, match="BonusInStep overrides step") as traced:
         jax.eval_shape(train, jax.random.key(0))  # VecEnv is built inside the traced train
     assert set(_filenames(direct)) == set(_filenames(traced)) == {__file__}
+
+
+# Predrawn resets by their cost ---------------------------------------------------------------------
+class GeneratesAWorld(Walk):
+    """Each reset generates a 256x256 world (as Craftax does) and starts at its brightest row."""
+
+    def reset_env(self, key, params):
+        world = jnp.cumsum(jax.random.uniform(key, (256, 256)), axis=1)
+        start = world[jnp.argmax(world[:, -1])][:2] / 256.0
+        state = ElementwiseEqState(pos=start, time=jnp.int32(0))
+        return state.pos, state
+
+
+class DeclaredExpensive(Walk):
+    expensive_reset = True
+
+
+class DeclaredCheap(GeneratesAWorld):
+    expensive_reset = False
+
+
+MAX_BYTES = 256 * 2**20
+
+
+@pytest.mark.timeout(60)
+def test_rollout_draws_predraws_cheap_resets_and_leaves_expensive_ones_to_the_reset_pool():
+    cartpole, params = fusedrl.make("CartPole-v1")
+    venv = W.EpisodeStatistics(VecEnv(cartpole, 4))  # forwarded by the wrappers, as predraw is
+    key = jax.random.key(3)
+    draws = venv.rollout_draws(key, params, 5, max_bytes=MAX_BYTES)
+    want = venv.predraw(key, params, 5)
+    for got, expected in zip(jax.tree.leaves(draws), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert venv.rollout_draws(key, params, 5, max_bytes=venv.predraw_bytes(params, 5) - 1) is None
+
+    for env, expensive in [(GeneratesAWorld(), True), (DeclaredExpensive(), True), (DeclaredCheap(), False),
+                           (Walk(), False)]:
+        vec = VecEnv(env, 4)
+        assert vec.reset_is_expensive(env.default_params) == expensive, type(env).__name__
+        draws = vec.rollout_draws(key, env.default_params, 5, max_bytes=MAX_BYTES)
+        assert (draws is None) == expensive, type(env).__name__
+
+
+@pytest.mark.timeout(60)
+def test_rollout_draws_measures_inside_a_traced_function_and_the_rollout_steps_without_draws():
+    class AnotherWorld(GeneratesAWorld):  # a class of its own: measured here, not from the cache
+        pass
+
+    env = AnotherWorld()
+    vec = W.EpisodeStatistics(VecEnv(env, 4))
+
+    def rollout(key, params):
+        k_reset, k_draw = jax.random.split(key)
+        obs, state = vec.reset(k_reset, params)
+        draws = vec.rollout_draws(k_draw, params, 6, max_bytes=MAX_BYTES)
+        assert draws is None
+        for _ in range(6):
+            obs, state, _, _, _, info = vec.step(state, jnp.ones(4, jnp.int32), params, draws)
+        return obs, info["episode_done"]
+
+    obs, done = jax.jit(rollout)(jax.random.key(0), env.default_params)
+    assert done.all() and np.isfinite(obs).all()  # 6 steps: every env reset by its time limit (3)
