@@ -17,6 +17,11 @@ them. No random numbers are drawn and no branch is taken inside the step loop, w
 `vmap` (where the pool's `lax.cond` becomes a select that redraws at every step) and on CPU (where
 every threefry call is a small loop of its own). Each slot is still used at most once and whether
 it is used never depends on its value, so the initial-state distribution is unchanged.
+
+Predrawing makes T * N resets where episodes use at most as many, so it pays only when a reset costs
+about what a step does. `rollout_draws` chooses: a predraw, or None (step with the reset pool) for
+an env whose resets are expensive (declared by `Environment.expensive_reset`, else measured from
+XLA's cost estimate of `reset_env` against `step_env`) or whose predraw exceeds a memory budget.
 """
 
 from __future__ import annotations
@@ -159,7 +164,7 @@ def _measured_expensive_reset(env, params) -> bool:
         reset_bytes, step_bytes = (float(c["bytes accessed"]) for c in (reset, step))
         expensive = reset_bytes > max(EXPENSIVE_RESET_RATIO * step_bytes, CHEAP_RESET_BYTES)
     except Exception:  # noqa: BLE001  (no cost analysis on this backend, an env that needs concrete
-        expensive = False  # params to build its action space: keep the predraw, today's default)
+        expensive = False  # params to build its action space): predraw, right for most envs
     _RESET_COSTS[cache_key] = expensive
     return expensive
 
@@ -462,7 +467,8 @@ def _weak(x) -> bool:
 def _promotes(a, b) -> bool:
     """A dtype change the rollout absorbs: one side weakly typed (a Python number, `x = 0` in
     reset_env, `1` in step_env) that promotes to the other's dtype, as the auto-reset's select and
-    the scan's carry do (reset_env's int 0 and step_env's float32 x + 1.0 trained before)."""
+    the scan's carry do (a reset_env that sets `x = 0` and a step_env that returns float32 `x + 1.0`
+    train as the env means them to)."""
     aw, bw = _weak(a), _weak(b)
     if not (aw or bw):
         return False

@@ -237,3 +237,22 @@ def test_rollout_draws_measures_inside_a_traced_function_and_the_rollout_steps_w
 
     obs, done = jax.jit(rollout)(jax.random.key(0), env.default_params)
     assert done.all() and np.isfinite(obs).all()  # 6 steps: every env reset by its time limit (3)
+
+
+@pytest.mark.timeout(120)
+def test_a_warning_from_python_c_names_the_command_line():
+    # python -c (and a REPL) run in a __main__ whose loader has no source: the warning must still be
+    # shown, naming the command's line.
+    import subprocess
+    import sys
+
+    code = ("import fusedrl\n"
+            "from fusedrl.envs import EnvParams, registry\n"
+            "class OneStep(fusedrl.envs.CartPole):\n"
+            "    default_params = property(lambda self: EnvParams())\n"
+            "fusedrl.register('OneStep-v0', OneStep)\n"
+            "fusedrl.make('OneStep-v0')\n")
+    out = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True,
+                         timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert "<string>:6: UserWarning: OneStep-v0: EnvParams does not set max_steps_in_episode" in out.stderr

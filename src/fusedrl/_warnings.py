@@ -39,5 +39,5 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
         frame.f_lineno,
         module=module_globals.get("__name__", "<unknown>"),
         registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals,
-    )
+    )  # no module_globals: its loader lookup fails for __main__ (python -c); the source line is
+    # read from the file, as warnings.warn does
