@@ -15,6 +15,7 @@ from fusedrl.envs.cartpole import CartPole, CartPoleParams
 from fusedrl.envs.mountain_car import MountainCar, MountainCarParams
 from fusedrl.envs.mountain_car_continuous import MountainCarContinuous, MountainCarContinuousParams
 from fusedrl.envs.pendulum import Pendulum, PendulumParams
+from fusedrl.envs.probes import PROBE_IDS, PROBES
 from fusedrl.envs.registry import make, register, registered_ids
 from fusedrl.envs.vector import StepDraws, VecEnv, VecEnvState
 
@@ -23,6 +24,8 @@ register("Acrobot-v1", Acrobot)
 register("MountainCar-v0", MountainCar)
 register("MountainCarContinuous-v0", MountainCarContinuous)
 register("Pendulum-v1", Pendulum)
+for _probe_id, _probe in PROBES.items():  # tiny tasks with known answers, for fast learning checks
+    register(_probe_id, _probe)
 
 __all__ = [
     "Acrobot",
@@ -40,6 +43,7 @@ __all__ = [
     "MountainCarParams",
     "Pendulum",
     "PendulumParams",
+    "PROBE_IDS",
     "VecEnv",
     "StepDraws",
     "VecEnvState",

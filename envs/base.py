@@ -32,9 +32,20 @@ class Environment(environment.Environment):
     Subclasses implement gymnax's `step_env`, `reset_env`, `get_obs`, `is_terminated`,
     `action_space`, `observation_space` and `default_params`, and set `deterministic_step = True`
     when `step_env` ignores its key (lets the vectorised stepper skip per-env key splitting).
+
+    The learners step envs through `fusedrl.envs.VecEnv`, which calls `step_env`, `is_truncated`
+    and `reset_env` and resets finished envs itself: an env's own `step` and `reset` are never
+    called. Overriding them is harmless when the override returns what gymnax's `step`/`reset`
+    return (an auto-reset written by hand, as in envs derived from older gymnax); an override that
+    changes the results (a reward scaled in `step`) would be skipped in training, so `VecEnv` warns
+    about it (checked once per class on one step; see `fusedrl.envs.vector`).
     """
 
     deterministic_step: bool = False
+    #: Whether one `reset_env` costs much more than one `step_env` (it generates a level, say). The
+    #: rollout then resets finished envs as their episodes end instead of drawing an initial state
+    #: for every (step, env) ahead (`VecEnv.rollout_draws`). None: measured from XLA's cost estimate.
+    expensive_reset: bool | None = None
 
     def step(self, key, state, action, params=None):
         params = check_params(self, params)

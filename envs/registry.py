@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import difflib
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
+
+from fusedrl._warnings import warn_user
 
 GYMNAX_PREFIX = "gymnax:"
 GYMNASIUM_PREFIX = "gymnasium:"  # the host bridge's (envs/host.py)
@@ -115,13 +116,12 @@ def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
     field = getattr(type(params), "__dataclass_fields__", {}).get("max_steps_in_episode")
     own = field is not environment.EnvParams.__dataclass_fields__["max_steps_in_episode"]
     if not own and getattr(params, "max_steps_in_episode", None) == 1:  # not overridden in make either
-        warnings.warn(
+        warn_user(
             f"{env_id}: {type(params).__name__} does not set max_steps_in_episode, so it inherits "
             f"gymnax's EnvParams default of 1: every episode is truncated after one step. Declare "
             f"`max_steps_in_episode: int = <time limit>` in {type(params).__name__} (or override "
             f"is_truncated).",
             UserWarning,
-            stacklevel=3,
         )
 
 

@@ -17,12 +17,16 @@ them. No random numbers are drawn and no branch is taken inside the step loop, w
 `vmap` (where the pool's `lax.cond` becomes a select that redraws at every step) and on CPU (where
 every threefry call is a small loop of its own). Each slot is still used at most once and whether
 it is used never depends on its value, so the initial-state distribution is unchanged.
+
+Predrawing makes T * N resets where episodes use at most as many, so it pays only when a reset costs
+about what a step does. `rollout_draws` chooses: a predraw, or None (step with the reset pool) for
+an env whose resets are expensive (declared by `Environment.expensive_reset`, else measured from
+XLA's cost estimate of `reset_env` against `step_env`) or whose predraw exceeds a memory budget.
 """
 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any
 
 import jax
@@ -30,6 +34,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fusedrl._argtypes import is_int
+from fusedrl._warnings import warn_user
 from fusedrl.envs.base import (
     Environment,
     check_action,
@@ -41,20 +46,127 @@ from fusedrl.envs.base import (
 
 
 def _warn_own_step_or_reset(env) -> None:
-    """Warns when the env's class overrides `step` or `reset` (other than gymnax's classes and
-    fusedrl's base class, whose overrides add nothing the learners need): VecEnv never calls them,
-    so what the override adds (a reward scaled in `step`, say) would be skipped, silently."""
+    """Warns when the env's class overrides `step` or `reset` with something VecEnv would skip.
+
+    VecEnv never calls an env's `step` or `reset`: it steps each env with `step_env` and
+    `is_truncated` and resets it with `reset_env`, as gymnax's own `step` does. The contract: an
+    override of `step`/`reset` must return what gymnax's does (an auto-reset written by hand, as in
+    envs derived from older gymnax, say); one that adds anything (a reward scaled in `step`) is
+    warned about, since training would skip it silently. gymnax's and fusedrl's base classes are
+    trusted; any other override is run once per class (one small compiled program, one env, the
+    default params) beside gymnax's auto-reset of the same `step_env`/`reset_env` with the same
+    keys, and the warning is raised only when their results differ (or the override fails to run).
+    """
     for name in ("step", "reset"):
         owner = next((c for c in type(env).__mro__ if name in vars(c)), None)
         if owner is None or owner is Environment or owner.__module__.split(".")[0] == "gymnax":
             continue
-        warnings.warn(
+        if _override_matches_gymnax(env, name):
+            continue
+        warn_user(
             f"{type(env).__name__} overrides {name} (in {owner.__name__}), which VecEnv, and so training and "
             f"evaluation, never calls: it steps each env with step_env and is_truncated and resets it with "
-            f"reset_env. Put what {owner.__name__}.{name} adds into step_env (or reset_env).",
+            f"reset_env. {owner.__name__}.{name} returns other results than gymnax's {name} built from them "
+            f"(run with the same key): put what it adds into step_env (or reset_env).",
             UserWarning,
-            stacklevel=3,
         )
+
+
+_OVERRIDE_CHECKS: dict[tuple[type, str], bool] = {}
+
+
+def _override_matches_gymnax(env, name: str) -> bool:
+    """Whether the env's `step` (or `reset`) returns what gymnax's returns, on a reset state of the
+    default params with a sampled action (checked once per class). False if it cannot be run."""
+    cls = type(env)
+    if (cls, name) not in _OVERRIDE_CHECKS:
+        try:
+            with jax.ensure_compile_time_eval():  # concrete values, even when built inside a trace
+                _OVERRIDE_CHECKS[cls, name] = bool(_compare_with_gymnax(env, name))
+        except Exception:  # noqa: BLE001  (an env that needs arguments, a crashing override: warn)
+            _OVERRIDE_CHECKS[cls, name] = False
+    return _OVERRIDE_CHECKS[cls, name]
+
+
+def _compare_with_gymnax(env, name: str):
+    params = env.default_params
+
+    def gymnax_step(key, state, action):
+        key_step, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, terminated, info = env.step_env(key_step, state, action, params)
+        truncated = env.is_truncated(state_st, params)
+        done = jnp.logical_or(terminated, truncated)
+        obs_re, state_re = env.reset_env(key_reset, params)
+        obs, state = jax.tree.map(lambda r, s: jax.lax.select(done, r, s),
+                                  (obs_re, state_re), (obs_st, state_st))
+        return obs, state, reward, terminated, truncated
+
+    def compare(key):
+        k_reset, k_action, k_step = jax.random.split(key, 3)
+        got_reset, want_reset = tuple(env.reset(k_reset, params)), env.reset_env(k_reset, params)
+        if name == "reset":
+            return _close(got_reset[:2], want_reset)
+        state = want_reset[1]
+        action = env.action_space(params).sample(k_action)
+        got = tuple(env.step(k_step, state, action, params))
+        want = gymnax_step(k_step, state, action)
+        if len(got) == 5:  # gymnax < 1.0's step: (obs, state, reward, done, info)
+            want = (*want[:3], want[3] | want[4])
+        return _close(got[:len(want)], want)
+
+    return jax.jit(compare)(jax.random.key(0))
+
+
+def _close(got, want) -> jax.Array:
+    """[] bool: the pytrees have one structure and their leaves agree to float32 rounding."""
+    if jax.tree.structure(got) != jax.tree.structure(want):
+        return jnp.asarray(False)
+
+    def numbers(x):
+        x = jnp.asarray(x)
+        return jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+    same = [jnp.asarray(False) if jnp.shape(a) != jnp.shape(b) else
+            jnp.allclose(numbers(a).astype(jnp.float32), numbers(b).astype(jnp.float32), rtol=1e-5, atol=1e-6)
+            for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)]
+    return jnp.all(jnp.stack(same)) if same else jnp.asarray(True)
+
+
+#: `VecEnv.rollout_draws` predraws resets unless one `reset_env` accesses more than this many times the
+#: memory one `step_env` does (XLA's cost analysis, "bytes accessed", one env each). Reset/step
+#: ratios on CPU: CartPole 5.1, Pendulum 3.1, MountainCar 3.0, gymnax FourRooms 1.4, Catch 0.9,
+#: Breakout-MinAtar 0.7, Acrobot 0.6, SpaceInvaders-MinAtar 0.13; Craftax-Symbolic 15,
+#: Craftax-Classic-Symbolic 18 (whose resets generate a world). XLA's flop counts do not separate
+#: them (Craftax-Classic's step counts more flops than its reset). A reset that accesses at most
+#: `CHEAP_RESET_BYTES` counts as cheap whatever the step: drawing a few random numbers (CartPole's
+#: reset, 2.9 kB; MinAtar's, up to 9 kB) costs little even against a step that does nothing.
+EXPENSIVE_RESET_RATIO = 8.0
+CHEAP_RESET_BYTES = 16 * 2**10
+
+_RESET_COSTS: dict[tuple, bool] = {}
+
+
+def _measured_expensive_reset(env, params) -> bool:
+    """`reset_env` accesses more than `EXPENSIVE_RESET_RATIO` times the memory of `step_env` and more
+    than `CHEAP_RESET_BYTES`, by XLA's estimate of one env's programs (lowered from abstract inputs,
+    never compiled). False when the estimate is not available."""
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), params)
+    # Per class, not per instance: every trainer makes its own env, and lowering costs ~0.2 s.
+    cache_key = (type(env), jax.tree.structure(abstract), tuple(jax.tree.leaves(abstract)))
+    if cache_key in _RESET_COSTS:
+        return _RESET_COSTS[cache_key]
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+    try:
+        _, state = jax.eval_shape(env.reset_env, key, abstract)
+        action = jax.eval_shape(lambda k: env.action_space(params).sample(k), key)
+        reset = jax.jit(env.reset_env).lower(key, abstract).cost_analysis()
+        step = jax.jit(env.step_env).lower(key, state, action, abstract).cost_analysis()
+        reset_bytes, step_bytes = (float(c["bytes accessed"]) for c in (reset, step))
+        expensive = reset_bytes > max(EXPENSIVE_RESET_RATIO * step_bytes, CHEAP_RESET_BYTES)
+    except Exception:  # noqa: BLE001  (no cost analysis on this backend, an env that needs concrete
+        expensive = False  # params to build its action space): predraw, right for most envs
+    _RESET_COSTS[cache_key] = expensive
+    return expensive
 
 
 @struct.dataclass
@@ -158,6 +270,32 @@ class VecEnv:
         """Bytes of device memory `predraw(key, params, num_steps)` returns (computed abstractly)."""
         shapes = jax.eval_shape(lambda k: self.predraw(k, params, num_steps), jax.random.key(0))
         return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+
+    def reset_is_expensive(self, params) -> bool:
+        """Whether one `reset_env` costs much more than one `step_env`: the env's own
+        `expensive_reset` when it declares one (True or False), else XLA's estimate of the memory
+        each accesses (one env, abstract params, no compile; once per env class), against
+        `EXPENSIVE_RESET_RATIO` and `CHEAP_RESET_BYTES`."""
+        declared = getattr(self.env, "expensive_reset", None)
+        if declared is not None:
+            return bool(declared)
+        return _measured_expensive_reset(self.env, check_params(self.env, params))
+
+    def rollout_draws(self, key: jax.Array, params, num_steps: int, *, max_bytes: int) -> StepDraws | None:
+        """The draws a rollout of `num_steps` steps passes to `step` (`draws[t]` at step t), or None,
+        in which case it steps without draws (each env resets from the reset pool).
+
+        Predrawing makes `num_steps * N` resets for the at most as many that episodes end on: worth
+        it when a reset costs about what a step does (classic control, MinAtar), where the step loop
+        then draws no random numbers and takes no branch. It returns None when the predraw would
+        take more than `max_bytes` of device memory, or when resets are expensive
+        (`reset_is_expensive`: an env that generates a world per reset, such as Craftax, draws only
+        the resets its episodes use).
+        """
+        params = check_params(self.env, params)
+        if self.reset_is_expensive(params) or self.predraw_bytes(params, num_steps) > max_bytes:
+            return None
+        return self.predraw(key, params, num_steps)
 
     def step(self, state: VecEnvState, action: jax.Array, params=None, draws: StepDraws | None = None):
         """Steps all N envs with `action` [N, *action_shape]; resets those whose episode ended.
@@ -329,7 +467,8 @@ def _weak(x) -> bool:
 def _promotes(a, b) -> bool:
     """A dtype change the rollout absorbs: one side weakly typed (a Python number, `x = 0` in
     reset_env, `1` in step_env) that promotes to the other's dtype, as the auto-reset's select and
-    the scan's carry do (reset_env's int 0 and step_env's float32 x + 1.0 trained before)."""
+    the scan's carry do (a reset_env that sets `x = 0` and a step_env that returns float32 `x + 1.0`
+    train as the env means them to)."""
     aw, bw = _weak(a), _weak(b)
     if not (aw or bw):
         return False
@@ -378,11 +517,18 @@ def _check_draws(draws, state: VecEnvState, num_envs: int):
         )
     # Compare whole shapes, not only the leading axis: with T == N a whole predraw [T, N, ...]
     # would pass a leading-axis check and broadcast into [N, N, ...] states.
-    one_step = jax.tree.map(jnp.shape, (state.pool_obs, state.env_state))
     keys_ok = draws.step_keys is None or jnp.shape(draws.step_keys) == (num_envs,)
-    if not keys_ok or jax.tree.map(jnp.shape, (draws.reset_obs, draws.reset_state)) != one_step:
+    if not keys_ok or _leaf_shapes((draws.reset_obs, draws.reset_state)) != _leaf_shapes(
+            (state.pool_obs, state.env_state)):
         raise ValueError(
             f"draws must be ONE step's slice of predraw (leaves [N={num_envs}, ...], shaped like the "
             f"state's), got reset_obs of shape {jnp.shape(draws.reset_obs)} for observations of "
             f"shape {jnp.shape(state.pool_obs)}; pass draws[t], or scan over the predraw result."
         )
+
+
+def _leaf_shapes(tree) -> list[tuple[str, tuple[int, ...]]]:
+    """(path, shape) of every leaf: compares two states without calling their classes' `__eq__`,
+    which may return an array (navix's `Event`) or compare NumPy fields (MJX's `Data`)."""
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    return [(jax.tree_util.keystr(path), jnp.shape(x)) for path, x in leaves]

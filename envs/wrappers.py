@@ -6,6 +6,7 @@ Every wrapper takes an object with `VecEnv`'s interface and exposes the same one
     step(state, action [N, ...], params, draws=None)
         -> (obs, state, reward [N], terminated [N], truncated [N], info)
     predraw(key, params, num_steps) -> StepDraws  (the VecEnv's, passed through)
+    rollout_draws(key, params, num_steps, *, max_bytes) -> StepDraws | None  (likewise)
 
 plus `env` (the single underlying env), `num_envs`, `action_space(params)` and
 `observation_space(params)` (single-env spaces, as in gymnax). Wrappers are static Python objects;
@@ -34,6 +35,12 @@ import jax.numpy as jnp
 from flax import struct
 
 from fusedrl.envs.base import Box, check_action, check_params
+
+#: The normalisers' defaults (`NormalizeObservation`, `NormalizeReward`, `scale_reward`): added to the
+#: variance, and the bound on a normalised value's magnitude. The host bridge and saved policies
+#: normalise with these too.
+NORM_EPSILON = 1e-8
+NORM_CLIP = 10.0
 
 #: Weight of the prior (mean 0, variance 1) a fresh `RunningMeanStd` starts from. Tiny, so the first
 #: batch sets the statistics almost alone, yet the count is never zero. Same value as Gymnasium and
@@ -94,7 +101,7 @@ class RunningMeanStd:
         m2 = self.var * self.count + batch_var * batch_count + delta**2 * (self.count * batch_count / total)
         return RunningMeanStd(mean=mean, var=m2 / total, count=total)
 
-    def normalize(self, x: jax.Array, *, epsilon=1e-8, clip=None, center: bool = True) -> jax.Array:
+    def normalize(self, x: jax.Array, *, epsilon=NORM_EPSILON, clip=None, center: bool = True) -> jax.Array:
         """`(x - mean) / sqrt(var + epsilon)` (no centring if `center=False`), clipped to ±`clip`.
 
         Args:
@@ -172,6 +179,10 @@ class VecEnvWrapper:
 
     def predraw_bytes(self, params, num_steps: int) -> int:
         return self.venv.predraw_bytes(params, num_steps)
+
+    def rollout_draws(self, key: jax.Array, params, num_steps: int, *, max_bytes: int):
+        """The wrapped `VecEnv`'s `rollout_draws`: a predraw for the rollout, or None."""
+        return self.venv.rollout_draws(key, params, num_steps, max_bytes=max_bytes)
 
     def step(self, state, action: jax.Array, params=None, draws=None):
         """Steps with `action` [N, *action_shape] (and optionally one step of `predraw`'s draws);
@@ -285,7 +296,8 @@ class NormalizeObservation(VecEnvWrapper):
         observations into one statistics, the same on every shard; None: this env's alone.
     """
 
-    def __init__(self, venv, *, update: bool = True, epsilon=1e-8, clip=10.0, stats=None,
+    def __init__(self, venv, *, update: bool = True, epsilon=NORM_EPSILON, clip=NORM_CLIP,
+                 stats=None,
                  axis_name: str | None = None):
         super().__init__(venv)
         self.axis_name = axis_name
@@ -362,7 +374,8 @@ class NormalizeReward(VecEnvWrapper):
         into one statistics, the same on every shard; None: this env's alone.
     """
 
-    def __init__(self, venv, *, gamma, update: bool = True, epsilon=1e-8, clip=10.0, stats=None,
+    def __init__(self, venv, *, gamma, update: bool = True, epsilon=NORM_EPSILON, clip=NORM_CLIP,
+                 stats=None,
                  axis_name: str | None = None):
         super().__init__(venv)
         self.axis_name = axis_name
@@ -398,16 +411,37 @@ class NormalizeReward(VecEnvWrapper):
 
     def step(self, state: NormalizeRewardState, action: jax.Array, params=None, draws=None):
         obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
-        # The stored return is already zeroed where the previous step ended an episode.
-        returns = (state.discounted_return * self.gamma + reward).astype(jnp.float32)
-        stats = state.return_stats.update(returns, self.axis_name) if self.update else state.return_stats
-        scaled = stats.normalize(reward, epsilon=self.epsilon, clip=self.clip, center=False)
-        state = state.replace(
-            inner=inner,
-            discounted_return=jnp.where(terminated | truncated, 0.0, returns),
-            return_stats=stats,
+        stats, discounted_return, scaled = scale_reward(
+            state.return_stats, state.discounted_return, reward, terminated | truncated, self.gamma,
+            update=self.update, epsilon=self.epsilon, clip=self.clip, axis_name=self.axis_name,
         )
+        state = state.replace(inner=inner, discounted_return=discounted_return, return_stats=stats)
         return obs, state, scaled, terminated, truncated, info
+
+
+def scale_reward(stats: RunningMeanStd, discounted_return: jax.Array, reward: jax.Array, done: jax.Array,
+                 gamma, *, update: bool = True, epsilon=NORM_EPSILON, clip=NORM_CLIP,
+                 axis_name: str | None = None):
+    """One step of `NormalizeReward`'s scaling, for [N] envs (the wrapper's and the host bridge's).
+
+    Args:
+      stats: the scalar statistics of the discounted returns so far.
+      discounted_return: [N] float32, each env's return so far (0 where the previous step ended
+        an episode).
+      reward: [N] this step's raw rewards.
+      done: [N] bool, this step ended the episode (terminated or truncated).
+      gamma: discount of the return (may be traced).
+      update: whether the statistics absorb this step's returns first.
+      epsilon, clip, axis_name: as `NormalizeReward`'s.
+
+    Returns:
+      (stats, discounted_return [N] zeroed where `done`, scaled reward [N] float32).
+    """
+    returns = (discounted_return * gamma + reward).astype(jnp.float32)
+    if update:
+        stats = stats.update(returns, axis_name)
+    scaled = stats.normalize(reward, epsilon=epsilon, clip=clip, center=False)
+    return stats, jnp.where(done, 0.0, returns), scaled
 
 
 def _check_same_shape(old: RunningMeanStd, new: RunningMeanStd):

@@ -272,14 +272,15 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     # The saved policy takes the Gymnasium env's observations and returns what its step takes,
     # normalised with the run's statistics as the bridge's own evaluation does.
     from fusedrl import checkpoint, policy
-    from fusedrl.bridge import _NORM_CLIP, _NORM_EPS, make_host_train
+    from fusedrl.bridge import make_host_train
+    from fusedrl.envs.wrappers import NORM_CLIP, NORM_EPSILON
 
     pi = policy.load(run_dir)
     obs = np.random.default_rng(0).normal(0.0, 0.3, (64, 4)).astype(np.float32)
     config, state, _, _ = checkpoint.restore(run_dir / "checkpoint")
     state = jax.tree.map(lambda x: x[0], state)
     stats = state.env_state.obs_stats
-    x = stats.normalize(jnp.asarray(obs), epsilon=_NORM_EPS, clip=_NORM_CLIP)
+    x = stats.normalize(jnp.asarray(obs), epsilon=NORM_EPSILON, clip=NORM_CLIP)
     expected = np.asarray(make_host_train(config).network.apply(state.params, x)[0].mode())
     actions = pi.act(obs)
     assert isinstance(actions, np.ndarray) and actions.dtype == np.int64
@@ -377,6 +378,45 @@ def test_reward_scaling_resets_the_discounted_return_at_episode_ends():
     env_state, _ = train.scale_rewards(state.env_state, reward, done, 0.9)
     # env 0: returns 1, 1.9 | reset | 1, 1.9; env 1: 1, 1.9, 2.71, 3.439
     np.testing.assert_allclose(env_state.discounted_return, [1.9, 3.439], rtol=1e-6)
+
+
+def test_the_bridge_and_saved_policies_take_the_normalisers_settings_from_the_wrappers():
+    # One source: the bridge restated NormalizeObservation's and NormalizeReward's epsilon and clip
+    # (and the reward-scaling step), and fusedrl.policy imported them from the bridge as private names.
+    import ast
+    import inspect
+
+    import fusedrl.bridge
+    import fusedrl.policy
+    from fusedrl.envs.wrappers import NORM_CLIP, NORM_EPSILON
+
+    for module in (fusedrl.bridge, fusedrl.policy):
+        tree = ast.parse(inspect.getsource(module))
+        literals = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                    and isinstance(n.value, float) and n.value in (NORM_EPSILON, NORM_CLIP)]
+        assert not literals, f"{module.__name__} restates the normalisers' settings: {literals}"
+        private = [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                   for a in n.names if a.name.startswith("_")]
+        assert not private, f"{module.__name__} imports private names {private}"
+
+
+def test_bridge_reward_scaling_is_normalize_rewards():
+    # The bridge scales a [T, N] rollout after the fact; NormalizeReward scales each step as it comes.
+    from fusedrl.envs.wrappers import RunningMeanStd, scale_reward
+
+    config = PPOConfig(env_id=CARTPOLE, num_envs=3, num_steps=5, total_timesteps=15, hidden_sizes=(8,),
+                       num_minibatches=1, normalize_reward=True)
+    train = make_train(config)
+    env_state = train.init(jax.random.key(0)).env_state
+    rng = np.random.default_rng(0)
+    reward = jnp.asarray(rng.normal(0.0, 30.0, (5, 3)), jnp.float32)
+    done = rng.random((5, 3)) < 0.3
+    _, scaled = train.scale_rewards(env_state, reward, done, 0.9)
+    stats, ret = RunningMeanStd.create(()), jnp.zeros(3, jnp.float32)
+    for t in range(5):
+        stats, ret, want = scale_reward(stats, ret, reward[t], done[t], 0.9)
+        np.testing.assert_allclose(scaled[t], want, rtol=1e-6)  # scanned vs eager: an ulp
+    assert not np.allclose(scaled, reward)
 
 
 def test_observation_normaliser_counts_the_batch_before_normalising_it():

@@ -260,6 +260,12 @@ def test_vecenv_warns_that_an_env_classs_own_step_or_reset_is_not_called():
             return obs, state, 10.0 * reward, terminated, truncated, info
 
     class Logged(Shaped):
+        def reset(self, key, params=None):  # starts every episode off-centre, which VecEnv skips too
+            obs, state = super().reset(key, params)
+            state = state.replace(x=state.x + 1.0)
+            return self.get_obs(state), state
+
+    class Harmless(fusedrl.envs.CartPole):  # returns what gymnax's reset returns: nothing skipped
         def reset(self, key, params=None):
             return super().reset(key, params)
 
@@ -275,6 +281,7 @@ def test_vecenv_warns_that_an_env_classs_own_step_or_reset_is_not_called():
         warnings.simplefilter("error")
         VecEnv(fusedrl.envs.CartPole(), NUM_ENVS)
         VecEnv(DeepSea(), NUM_ENVS)
+        VecEnv(Harmless(), NUM_ENVS)
 
 
 # Wrong shapes from a custom env --------------------------------------------------------------------

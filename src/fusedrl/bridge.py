@@ -30,13 +30,9 @@ import numpy as np
 from flax import struct
 
 from fusedrl.envs.host import HostEnv, HostEnvError, is_host_env_id
-from fusedrl.envs.wrappers import RunningMeanStd
+from fusedrl.envs.wrappers import NORM_CLIP, NORM_EPSILON, RunningMeanStd, scale_reward
 from fusedrl.train.config import Hyperparams, PPOConfig
 from fusedrl.train.ppo import PPO_ALGORITHM, RunnerState, Trainer, TrainResult, Transition, typed_key
-
-# The normalisers' settings, as in fusedrl.envs.wrappers (NormalizeObservation / NormalizeReward).
-_NORM_EPS = 1e-8
-_NORM_CLIP = 10.0
 
 
 @struct.dataclass
@@ -171,7 +167,7 @@ class HostPPO:
         stats = env_state.obs_stats.update(raw_obs)
 
         def norm(x):
-            return stats.normalize(jnp.asarray(x, jnp.float32), epsilon=_NORM_EPS, clip=_NORM_CLIP)
+            return stats.normalize(jnp.asarray(x, jnp.float32), epsilon=NORM_EPSILON, clip=NORM_CLIP)
 
         final = None if raw_final is None else norm(raw_final)
         return env_state.replace(obs_stats=stats), norm(raw_obs), final
@@ -195,12 +191,8 @@ class HostPPO:
             return env_state, reward
 
         def step(carry, x):
-            stats, disc = carry
-            r, d = x
-            returns = (disc * gamma + r).astype(jnp.float32)
-            stats = stats.update(returns)
-            scaled = stats.normalize(r, epsilon=_NORM_EPS, clip=_NORM_CLIP, center=False)
-            return (stats, jnp.where(d, 0.0, returns)), scaled
+            stats, disc, scaled = scale_reward(*carry, *x, gamma)
+            return (stats, disc), scaled
 
         (stats, disc), scaled = jax.lax.scan(
             step, (env_state.return_stats, env_state.discounted_return), (reward, done)
@@ -385,7 +377,7 @@ def evaluate(
     def policy(params, raw_obs, key):
         obs = jnp.asarray(raw_obs, jnp.float32)
         if stats is not None:
-            obs = stats.normalize(obs, epsilon=_NORM_EPS, clip=_NORM_CLIP)
+            obs = stats.normalize(obs, epsilon=NORM_EPSILON, clip=NORM_CLIP)
         pi, _ = trainer.network.apply(params, obs)
         key, k = jax.random.split(key)
         return (pi.mode() if greedy else pi.sample(k)), key

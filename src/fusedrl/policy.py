@@ -42,13 +42,13 @@ class Policy:
         self.update = int(np.ravel(state.update)[0])
         self._encode = self._decode = None
         if is_host_env_id(config.env_id):
-            from fusedrl.bridge import _NORM_CLIP, _NORM_EPS, make_host_train
+            from fusedrl.bridge import make_host_train
 
             self.trainer = make_host_train(config)
             env = self.trainer.env
             self.obs_shape = tuple(env.gym_observation_space.shape)
             self._encode, self._decode = env.encode_obs, env.decode_action  # host side, NumPy
-            norm = (_NORM_EPS, _NORM_CLIP)
+            norm = (W.NORM_EPSILON, W.NORM_CLIP)
         else:
             self.trainer = make_train(config)
             self.obs_shape = tuple(self.trainer.env.observation_space(hparams.env_params).shape)

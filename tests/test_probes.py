@@ -1,0 +1,91 @@
+"""Probe envs (fusedrl.envs.probes): a learner learns each one's known answer in seconds.
+
+`assert_learns_probe(config_or_cls, env_id)` is the check; parametrise it over algorithms (any config
+type `fusedrl.make_train` takes) to show that each one learns. The probes' conformance (spaces,
+auto-reset, VecEnv, jit/vmap) is checked with every registered env in tests/test_env_conformance.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fusedrl
+from fusedrl.envs import PROBE_IDS
+
+#: A budget each probe is learned within, on tiny networks. Fields a config type lacks are skipped.
+PROBE_SETTINGS = dict(num_envs=16, num_steps=8, total_timesteps=16 * 8 * 100, num_minibatches=2,
+                      update_epochs=4, hidden_sizes=(16,), lr=3e-3, anneal_lr=False)
+
+#: What each probe's learned policy must return per episode on average over `NUM_EPISODES`
+#: (`fusedrl.evaluate`): greedy, and for the discrete probes also sampling its actions (so that the
+#: right action is taken with probability >= 0.9, not merely preferred). A random policy returns 0.5
+#: on the discrete probes; one that always acts 0 returns 0.75 on the continuous one.
+LEARNED_RETURN = {
+    "probe:ActionReward-v0": {"greedy": 1.0, "sampled": 0.9},
+    "probe:ContinuousActionReward-v0": {"greedy": 0.96},
+    "probe:TwoStep-v0": {"greedy": 1.0, "sampled": 0.9},
+}
+NUM_EPISODES = 256
+VALUE_TOLERANCE = 0.1  # |V - 1| for probe:ConstantReward-v0
+
+
+def probe_config(config_or_cls, env_id: str, **overrides):
+    """The config that trains `env_id`: `config_or_cls` with its env id replaced, or, for a config
+    class, an instance with `PROBE_SETTINGS` (those fields it has) and `overrides`."""
+    if isinstance(config_or_cls, type):
+        fields = {f.name for f in dataclasses.fields(config_or_cls)}
+        settings = {k: v for k, v in {**PROBE_SETTINGS, **overrides}.items() if k in fields}
+        return config_or_cls(env_id=env_id, **settings)
+    return dataclasses.replace(config_or_cls, env_id=env_id, **overrides)
+
+
+@functools.cache
+def _compiled(config):
+    """(trainer, jitted train) of a config: one compile, shared by every check of it."""
+    train = fusedrl.make_train(config)
+    return train, jax.jit(train)
+
+
+def assert_learns_probe(config_or_cls, env_id: str, *, seed: int = 0, hparams=None, **overrides) -> dict:
+    """Trains `env_id` (a probe id) with `config_or_cls` (a config, or a config class given
+    `PROBE_SETTINGS`) and asserts that the result learned the probe's answer: the critic's value of
+    the first observation within `VALUE_TOLERANCE` of 1 (ConstantReward), or the policy's mean
+    returns at least `LEARNED_RETURN[env_id]` (the others). `hparams`: the traced hyperparameters
+    to train with (default: the config's), without a new compile. Returns what it measured."""
+    config = probe_config(config_or_cls, env_id, **overrides)
+    train, jitted = _compiled(config)
+    result = jitted(jax.random.key(seed), config.hparams() if hparams is None else hparams)
+    measured = {}
+    if env_id == "probe:ConstantReward-v0":
+        _, value = train.network.apply(result.params, jnp.zeros((1, 1), jnp.float32))
+        v = measured["value"] = float(value[0])
+        assert abs(v - 1.0) < VALUE_TOLERANCE, f"{env_id}: V(first obs) = {v:.3f}, not 1"
+        return measured
+    for mode, threshold in LEARNED_RETURN[env_id].items():
+        returns = fusedrl.evaluate(config, result, jax.random.key(seed + 1), num_episodes=NUM_EPISODES,
+                                   greedy=mode == "greedy")
+        mean = measured[mode] = float(np.mean(returns))
+        assert mean >= threshold, (f"{env_id}: the {mode} policy returns {mean:.3f} on average, expected at "
+                                   f"least {threshold}")
+    return measured
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env_id", PROBE_IDS)
+def test_ppo_learns_each_probe(env_id):
+    assert_learns_probe(fusedrl.PPOConfig, env_id)
+
+
+@pytest.mark.timeout(120)
+def test_the_probes_fail_a_learner_that_does_not_learn():
+    # The thresholds are real: with a learning rate of 1e-9 the same program learns nothing.
+    for env_id in PROBE_IDS:
+        hparams = probe_config(fusedrl.PPOConfig, env_id).hparams().replace(lr=1e-9)
+        with pytest.raises(AssertionError, match=env_id):
+            assert_learns_probe(fusedrl.PPOConfig, env_id, hparams=hparams)
