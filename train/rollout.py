@@ -78,9 +78,7 @@ def rollout(apply_fn: Callable, params, venv, env_state, obs: jax.Array, env_par
         return (env_state, next_obs), t
 
     k_noise, k_env = jax.random.split(key)
-    draws = None  # TEMP until envfix lands venv.rollout_draws
-    if venv.predraw_bytes(env_params, num_steps) <= tuning.predraw_max_bytes:
-        draws = venv.predraw(k_env, env_params, num_steps)
+    draws = venv.rollout_draws(k_env, env_params, num_steps, max_bytes=tuning.predraw_max_bytes)
     (env_state, obs), traj = jax.lax.scan(
         step, (env_state, obs), (noise(k_noise, num_steps), draws), unroll=tuning.rollout_unroll
     )

@@ -12,7 +12,6 @@ draws the data flow.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, NamedTuple
@@ -24,6 +23,7 @@ import optax
 from flax import struct
 
 from fusedrl._argtypes import is_int
+from fusedrl._warnings import warn_user
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
@@ -479,14 +479,12 @@ def _warn_bounds_exclude_zero(env_id: str, space) -> None:
     bounds = ", ".join(f"{i}: [{low[i]:g}, {high[i]:g}]" for i in outside)
     if outside and (env_id, bounds) not in _WARNED_BOUNDS:  # once per process: every trainer made warned
         _WARNED_BOUNDS.add((env_id, bounds))
-        warnings.warn(
+        warn_user(
             f"{env_id}: the Box action space leaves out 0 in dimension(s) {bounds}. The Gaussian policy "
             f"starts at mean 0 and its actions are clipped to the bounds, not rescaled, so most early "
             f"actions land on a bound and the policy barely learns there. Declare "
             f"Box(-1.0, 1.0, shape) and map the action to your range in step_env "
             f"(low + (action + 1) / 2 * (high - low)).",
-            UserWarning,
-            stacklevel=4,  # the caller of make_train (_warn, Trainer.__init__, make_train)
         )
 
 
