@@ -44,9 +44,9 @@ def test_bounds_that_hold_zero_do_not_warn(monkeypatch, low, high):
 
 
 def test_the_warning_is_given_once_per_process(monkeypatch):
-    from fusedrl.train import ppo
+    from fusedrl.train import trainer
 
-    monkeypatch.setattr(ppo, "_WARNED_BOUNDS", set())
+    monkeypatch.setattr(trainer, "_WARNED_BOUNDS", set())
     monkeypatch.setitem(fusedrl.envs.registry._REGISTRY, "Once-v0", _with_bounds([1.0], [2.0]))
     with pytest.warns(UserWarning, match="leaves out 0"):
         fusedrl.make_train(_config("Once-v0"))
@@ -58,7 +58,7 @@ def test_the_warning_is_given_once_per_process(monkeypatch):
 def test_traced_bounds_are_skipped_not_refused():
     import jax
 
-    from fusedrl.train.ppo import _warn_bounds_exclude_zero
+    from fusedrl.train.trainer import _warn_bounds_exclude_zero
 
     def check(high):  # bounds computed from traced params: their values are not known
         _warn_bounds_exclude_zero("Traced-v0", Box(high - 3.0, high, (1,), jnp.float32))
@@ -70,9 +70,9 @@ def test_traced_bounds_are_skipped_not_refused():
 
 
 def test_the_warning_points_at_the_make_train_call(monkeypatch):
-    from fusedrl.train import ppo
+    from fusedrl.train import trainer
 
-    monkeypatch.setattr(ppo, "_WARNED_BOUNDS", set())
+    monkeypatch.setattr(trainer, "_WARNED_BOUNDS", set())
     monkeypatch.setitem(fusedrl.envs.registry._REGISTRY, "Where-v0", _with_bounds([1.0], [2.0]))
     with pytest.warns(UserWarning, match="leaves out 0") as record:
         fusedrl.make_train(_config("Where-v0"))
