@@ -75,7 +75,7 @@ def check_env_interface(env_id: str, env: Any) -> None:
         )
     # gymnax's base class defines these only to raise a bare NotImplementedError (reset_env/step_env
     # while tracing); say which ones the env did not implement (e.g. a `step` override in its place).
-    from gymnax.environments import environment
+    from fusedrl.envs._gymnax import environment
 
     base = environment.Environment
     for names, use in (
@@ -99,7 +99,7 @@ def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
     """Warns when a registered env's params inherit gymnax's `EnvParams.max_steps_in_episode = 1`
     and its truncation rule is gymnax's default: every episode would then be cut after one step,
     silently (training runs, `episode_length` is 1)."""
-    from gymnax.environments import environment
+    from fusedrl.envs._gymnax import environment
 
     if getattr(type(env), "is_truncated", None) is not environment.Environment.is_truncated:
         return

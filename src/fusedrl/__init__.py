@@ -7,24 +7,42 @@
     result = jax.jit(train)(jax.random.key(0))
     returns = fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=64)
     swept = fusedrl.sweep(config, num_seeds=4, lr=[1e-4, 3e-4, 1e-3])   # one compile
+    fusedrl.enable_compile_cache()   # reuse compiled programs across processes
+
+The public names are imported on first use (module `__getattr__`): `import fusedrl` loads neither
+JAX nor the environments, so the `fusedrl` command line starts at once.
 """
 
-from fusedrl.envs import make, register, registered_ids
-from fusedrl.evaluation import evaluate
-from fusedrl.policy import Policy, load
-from fusedrl.sweep import SweepResult, data_parallel_train, sweep
-from fusedrl.train import (
-    PRESETS,
-    TRACED_FIELDS,
-    Hyperparams,
-    PPOConfig,
-    RunnerState,
-    TrainResult,
-    make_train,
-    preset,
-)
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "make": "fusedrl.envs",
+    "register": "fusedrl.envs",
+    "registered_ids": "fusedrl.envs",
+    "evaluate": "fusedrl.evaluation",
+    "Policy": "fusedrl.policy",
+    "load": "fusedrl.policy",
+    "SweepResult": "fusedrl.sweep",
+    "data_parallel_train": "fusedrl.sweep",
+    "sweep": "fusedrl.sweep",
+    "PRESETS": "fusedrl.train",
+    "TRACED_FIELDS": "fusedrl.train",
+    "Hyperparams": "fusedrl.train",
+    "PPOConfig": "fusedrl.train",
+    "RunnerState": "fusedrl.train",
+    "TrainResult": "fusedrl.train",
+    "make_train": "fusedrl.train",
+    "preset": "fusedrl.train",
+    "enable_compile_cache": "fusedrl.compile_cache",
+}
 
 __all__ = [
     "PRESETS",
@@ -37,6 +55,7 @@ __all__ = [
     "TrainResult",
     "__version__",
     "data_parallel_train",
+    "enable_compile_cache",
     "evaluate",
     "load",
     "make",
@@ -46,3 +65,46 @@ __all__ = [
     "registered_ids",
     "sweep",
 ]
+
+if TYPE_CHECKING:  # static analysers and IDEs see the names as if imported here
+    from fusedrl.compile_cache import enable_compile_cache
+    from fusedrl.envs import make, register, registered_ids
+    from fusedrl.evaluation import evaluate
+    from fusedrl.policy import Policy, load
+    from fusedrl.sweep import SweepResult, data_parallel_train, sweep
+    from fusedrl.train import (
+        PRESETS,
+        TRACED_FIELDS,
+        Hyperparams,
+        PPOConfig,
+        RunnerState,
+        TrainResult,
+        make_train,
+        preset,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fusedrl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+class _Package(types.ModuleType):
+    """`import fusedrl.sweep` (the module) binds it as the package's attribute `sweep`, where the
+    public name `fusedrl.sweep` is the function: keep the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
