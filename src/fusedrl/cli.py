@@ -520,14 +520,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "train": cmd_train, "evaluate": cmd_evaluate, "envs": cmd_envs,
         "sweep": cmd_sweep,
     }
+    spinner = None
     try:
         import_modules(args.imports)
         if getattr(args, "no_compile_cache", None) is not None:
             use_compile_cache(args.no_compile_cache)
+        if args.command in ("train", "evaluate", "sweep") and not getattr(args, "no_progress", False):
+            from fusedrl.progress import show_spinner
+
+            spinner = show_spinner(True)  # while compiling: a spinner with the elapsed time
         return commands[args.command](args)
     except UsageError as e:
         print(f"fusedrl {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if spinner is not None:
+            from fusedrl.progress import restore_spinner
+
+            restore_spinner(spinner)
 
 
 if __name__ == "__main__":
