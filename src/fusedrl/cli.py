@@ -143,8 +143,8 @@ def add_compile_cache_option(parser: argparse.ArgumentParser) -> None:
     from fusedrl.compile_cache import ENV_VAR
 
     parser.add_argument("--no-compile-cache", action="store_true",
-                        help=f"do not load or save compiled programs in the compile cache "
-                             f"(~/.cache/fusedrl/jax; or set {ENV_VAR}=0)")
+                        help=f"compile every program here instead of loading it from fusedrl's compile "
+                             f"cache (~/.cache/fusedrl/jax), and save none there; or set {ENV_VAR}=0")
 
 
 def cmd_sweep(args) -> int:

@@ -351,8 +351,8 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="also print the measurements as one JSON line after the table")
     p.add_argument("--no-compile-cache", action="store_true",
-                   help="do not load or save compiled programs in the compile cache "
-                        "(~/.cache/fusedrl/jax; or set FUSEDRL_COMPILE_CACHE=0)")
+                   help="compile every program here instead of loading it from fusedrl's compile "
+                        "cache (~/.cache/fusedrl/jax), and save none there; or set FUSEDRL_COMPILE_CACHE=0")
     add_import_option(p)
     return p
 
