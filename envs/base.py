@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from fusedrl.envs._gymnax import environment, spaces
 
 EnvState = environment.EnvState
