@@ -18,7 +18,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.environments import environment, spaces
+
+from fusedrl.envs._gymnax import environment, spaces
 
 EnvState = environment.EnvState
 EnvParams = environment.EnvParams

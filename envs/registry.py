@@ -76,7 +76,7 @@ def check_env_interface(env_id: str, env: Any) -> None:
         )
     # gymnax's base class defines these only to raise a bare NotImplementedError (reset_env/step_env
     # while tracing); say which ones the env did not implement (e.g. a `step` override in its place).
-    from gymnax.environments import environment
+    from fusedrl.envs._gymnax import environment
 
     base = environment.Environment
     for names, use in (
@@ -100,7 +100,7 @@ def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
     """Warns when a registered env's params inherit gymnax's `EnvParams.max_steps_in_episode = 1`
     and its truncation rule is gymnax's default: every episode would then be cut after one step,
     silently (training runs, `episode_length` is 1)."""
-    from gymnax.environments import environment
+    from fusedrl.envs._gymnax import environment
 
     if getattr(type(env), "is_truncated", None) is not environment.Environment.is_truncated:
         return
@@ -136,11 +136,21 @@ def registered_ids(include_gymnax: bool = True) -> list[str]:
 
 
 def _unknown(env_id: str, valid: list[str]) -> ValueError:
+    register_hint = ("Use fusedrl.register(...) to add your own (on the command line, --import MODULE "
+                     "imports the module that registers it).")
+    # A typo first: the ids close to it (case aside), and the full list only when none is.
+    by_lower = {v.lower(): v for v in valid}
+    near = [by_lower[v] for v in difflib.get_close_matches(env_id.lower(), by_lower, n=3, cutoff=0.6)]
+    if near:
+        others = f" (or {', '.join(map(repr, near[1:]))})" if len(near) > 1 else ""
+        return ValueError(
+            f"Unknown environment id {env_id!r}: did you mean {near[0]!r}?{others} "
+            f"{_gymnasium_hint(env_id)}`fusedrl envs` lists every id. {register_hint}"
+        )
     close = difflib.get_close_matches(env_id, valid, n=len(valid), cutoff=0.0)
     return ValueError(
         f"Unknown environment id {env_id!r}. {_gymnasium_hint(env_id)}Valid ids, closest first: "
-        f"{', '.join(close)}. Use fusedrl.register(...) to add your own (on the command line, "
-        f"--import MODULE imports the module that registers it)."
+        f"{', '.join(close)}. {register_hint}"
     )
 
 

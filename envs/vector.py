@@ -427,7 +427,7 @@ def _two(env, out):
 def _check_time_field(env, method: str, state) -> None:
     """The default `is_truncated` reads `state.time`: a state without it failed inside gymnax with
     an AttributeError naming neither the method nor the fix."""
-    from gymnax.environments import environment
+    from fusedrl.envs._gymnax import environment
 
     if getattr(type(env), "is_truncated", None) is environment.Environment.is_truncated and not hasattr(
             state, "time"):

@@ -68,6 +68,10 @@ def user_compiler_options():
 # it: processes the tests start (a run resumed "in a new process", notebook kernels) compile
 # everything themselves, as a user's would.
 _CACHE_DIR = "FUSEDRL_TESTS_JAX_CACHE_DIR"
+# The command line turns on its own per-user compile cache (~/.cache/fusedrl/jax): off here and in
+# the processes tests start, so that no test writes to the user's folder or changes the session's
+# cache settings (the tests of that cache turn it back on, in a folder of their own).
+os.environ["FUSEDRL_COMPILE_CACHE"] = "0"
 
 
 def pytest_configure(config):

@@ -226,7 +226,10 @@ def test_evaluate_command(trained):
     code, out, err = run_cli("evaluate", run_dir, "--episodes", "4")
     assert code == 0, err
     assert "seed   0" in out and "seed   1" in out and "mean" in out
-    code, _, err = run_cli("evaluate", run_dir.parent / "missing")
+    code, _, err = run_cli("evaluate", run_dir.parent / "missing")  # no such folder: said so
+    assert code == 2 and f"{run_dir.parent / 'missing'} does not exist." in err
+    (run_dir.parent / "not-a-run").mkdir(exist_ok=True)  # a folder, but not a run's
+    code, _, err = run_cli("evaluate", run_dir.parent / "not-a-run")
     assert code == 2 and "config.json is missing" in err
 
 

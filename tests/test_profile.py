@@ -21,7 +21,7 @@ TINY = ["--num-envs", "2", "--num-steps", "8", "--update-epochs", "1", "--num-mi
                 "gae", "update"}),
 ])
 def test_profile_prints_table_and_json(mode, phases, capsys):
-    assert fusedrl.bench.main(["profile", "--env", "CartPole-v1", "--mode", mode, *TINY]) == 0
+    assert fusedrl.bench.main(["profile", "--env", "CartPole-v1", "--mode", mode, *TINY, "--json"]) == 0
     out = capsys.readouterr().out
     summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
     assert summary["mode"] == mode and summary["num_envs"] == 2 and summary["num_steps"] == 8
@@ -36,6 +36,35 @@ def test_profile_prints_table_and_json(mode, phases, capsys):
     for phase in phases:
         assert phase in out  # the table names every phase
     assert "env steps/s" in out
+
+
+def _summary(mode, seconds):
+    return {"env_id": "CartPole-v1", "mode": mode, "num_envs": 2, "num_steps": 8, "update_epochs": 1,
+            "num_minibatches": 1, "repeats": 1, "seconds": seconds, "total_seconds": sum(seconds.values()),
+            "steps_per_s": 100.0, "device_fraction": 0.5, "jax": "x", "device": "cpu:cpu"}
+
+
+@pytest.mark.parametrize("mode", ["fused", "bridge"])
+def test_table_has_no_negative_rows_and_says_what_other_holds(mode):
+    seconds = {"env": 0.004, "policy": 0.003, "rollout: fusion": -0.002, "gae": 0.001, "update": 0.01,
+               "other": -0.0005}
+    table = profile.format_table(_summary(mode, seconds))
+    lines = table.splitlines()
+    rows = lines[2:next(i for i, line in enumerate(lines) if line.startswith("env steps/s"))]
+    # Every row's ms and share are >= 0; the negative phases are notes under the table, with why.
+    numbers = [float(tok.rstrip("%")) for row in rows for tok in row.split()[-2:]]
+    assert len(rows) == 5 and min(numbers) >= 0, table
+    assert "not a row: rollout: fusion -2.00 ms, below zero: XLA overlaps env and policy" in table
+    assert "not a row: other -0.50 ms" in table
+    assert "\nother: " in table and ("dispatching the one call" if mode == "fused" else "stacking") in table
+    positive = profile.format_table(_summary(mode, {"env": 0.004, "other": 0.001}))
+    assert "not a row" not in positive and "\nother " in positive and "\nother: " in positive
+
+
+def test_json_only_with_the_flag(capsys):
+    assert profile.main(["--env", "CartPole-v1", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "env steps/s" in out and not any(line.startswith("{") for line in out.splitlines())
 
 
 def test_fused_mode_needs_a_jax_env(capsys):

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from fusedrl._suggest import close_names
+
 
 class UsageError(Exception):
     """A bad command line: printed as `fusedrl COMMAND: error: ...` with exit status 2."""
@@ -214,7 +216,7 @@ def _parse_env_param(item: str, name: str, text: str, default: Any) -> Any:
 def _unknown(item: str, name: str, env_defaults: Mapping[str, Any] | None) -> UsageError:
     fields = list(_field_types())
     params = sorted(env_defaults or ())
-    close = difflib.get_close_matches(name, fields + params, n=3)
+    close = close_names(name, fields + params)  # other libraries' names too: learning_rate -> lr
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     env_note = f" Env params: {', '.join(params)}." if params else ""
     return UsageError(f"--set {item}: unknown field {name!r} (PPOConfig has no such field"

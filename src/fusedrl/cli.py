@@ -12,11 +12,12 @@ import argparse
 import functools
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import fusedrl
+from fusedrl import __version__
 from fusedrl._argtypes import (
     UsageError,
     add_import_option,
@@ -28,10 +29,11 @@ from fusedrl._argtypes import (
     positive_int,
     seed_arg,
 )
-from fusedrl.envs import make, registered_ids, space_info
-from fusedrl.envs.host import HostEnvError, is_host_env_id
-from fusedrl.train.config import PPOConfig
-from fusedrl.train.presets import has_preset, preset, preset_source
+
+# JAX, the environments and the trainer are imported where a command needs them, so that
+# `fusedrl --help` and usage errors answer at once.
+if TYPE_CHECKING:
+    from fusedrl.train.config import PPOConfig
 
 # A user error: printed as `fusedrl COMMAND: error: ...` with exit status 2. One class for every
 # command, so the shared --set parser's errors are caught alike (also by `fusedrl.bench runs`).
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fusedrl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--version", action="version", version=f"fusedrl {fusedrl.__version__}")
+    parser.add_argument("--version", action="version", version=f"fusedrl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     t = sub.add_parser(
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--wandb-project", metavar="NAME",
                    help="also log to Weights & Biases, one W&B run per seed (needs wandb >= 0.19.10)")
     add_import_option(t)
+    add_compile_cache_option(t)
 
     e = sub.add_parser(
         "evaluate", help="greedy (or sampled-action) returns of a saved run, per seed",
@@ -114,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="end the evaluation after N steps; episodes still running report NaN "
                         "(default: 1,000,000, as the run's own evaluation)")
     add_import_option(e)
+    add_compile_cache_option(e)
 
     v = sub.add_parser("envs", help="list environment ids with their spaces",
                        description="List the registered environments with observation and action spaces.")
@@ -124,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fusedrl.sweep_cli import add_sweep_parser
 
     add_sweep_parser(sub)
+    add_compile_cache_option(sub.choices["sweep"])
     # The profiler has its own parser (also `python -m fusedrl.bench profile`): pass its args through.
     prof = sub.add_parser(
         "profile", add_help=False,
@@ -131,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prof.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+def add_compile_cache_option(parser: argparse.ArgumentParser) -> None:
+    """--no-compile-cache: compile every program afresh (the cache is on by default)."""
+    from fusedrl.compile_cache import ENV_VAR
+
+    parser.add_argument("--no-compile-cache", action="store_true",
+                        help=f"compile every program here instead of loading it from fusedrl's compile "
+                             f"cache (~/.cache/fusedrl/jax), and save none there; or set {ENV_VAR}=0")
 
 
 def cmd_sweep(args) -> int:
@@ -142,7 +156,11 @@ def cmd_sweep(args) -> int:
 # ----------------------------------------------------------------------------------- train
 def resolve(args) -> tuple[PPOConfig, Any]:
     """The PPOConfig and RunOptions a `train` command asks for (no work done yet)."""
+    from fusedrl.envs import make
+    from fusedrl.envs.host import HostEnvError
     from fusedrl.runs import RunOptions, check_supported, read_config_file
+    from fusedrl.train.config import PPOConfig
+    from fusedrl.train.presets import preset
 
     if args.config is None and args.env is None:
         raise CLIError("train needs --env ID (see `fusedrl envs`) or --config FILE.")
@@ -227,6 +245,8 @@ RESUME_CONFLICTS = (("env", "--env"), ("config", "--config"), ("overrides", "--s
 
 def resolve_resume(args) -> tuple[PPOConfig, Any]:
     """The PPOConfig and RunOptions of the run folder `--resume` continues."""
+    from fusedrl.envs import make
+    from fusedrl.envs.host import is_host_env_id
     from fusedrl.runs import load_run_config
 
     values = [(flag, getattr(args, name)) for name, flag in RESUME_CONFLICTS]
@@ -278,10 +298,44 @@ def wandb_logger(project: str, config: PPOConfig, options, path, *, resuming: bo
     return logger
 
 
+def rounding_note(config: PPOConfig) -> str:
+    """Why a run takes fewer env steps than total_timesteps: whole updates only."""
+    left = config.total_timesteps - config.env_steps
+    return (f"note: training {config.env_steps:,} of total_timesteps={config.total_timesteps:,} env steps "
+            f"per seed: {config.num_updates} whole updates of {config.batch_size:,} (num_envs "
+            f"{config.num_envs} x num_steps {config.num_steps}); the other {left:,} would not fill "
+            f"an update.")
+
+
+def time_line(summary: dict[str, Any], wall: float, cache_before: dict[str, int],
+              cache_after: dict[str, int]) -> str:
+    """The run's wall time as the sum of its parts, and whether its programs came from the cache."""
+    from fusedrl.compile_cache import describe
+
+    compile_s = summary.get("compile_seconds")
+    parts = [("compile", compile_s), ("train", summary.get("train_seconds")),
+             ("evaluate", summary.get("eval_seconds"))]
+    parts = [(name, s) for name, s in parts if s is not None]
+    other = max(wall - sum(s for _, s in parts), 0.0)
+    text = " + ".join(f"{name} {s:.1f} s" for name, s in parts)
+    cache = describe(cache_before, cache_after)
+    lines = [f"  wall {wall:.1f} s = {text} + setup and saving {other:.1f} s"]
+    if cache is not None:
+        lines.append(f"  programs: {cache}")
+        if compile_s is not None and summary.get("progress_every"):
+            # jax writes no cache entry for a program with host callbacks (its progress reports).
+            lines[-1] += ("; the training program reports progress through host callbacks, which JAX "
+                          "does not cache (--progress-every 0 caches it)")
+    return "\n".join(lines)
+
+
 def cmd_train(args) -> int:
+    started = getattr(args, "started", None) or time.perf_counter()  # set by main: the whole command
     from fusedrl.checkpoint import CheckpointError
+    from fusedrl.envs.host import is_host_env_id
     from fusedrl.loggers import TensorBoardLogger, WandbLogger
     from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
+    from fusedrl.train.presets import preset_source
 
     if args.resume is not None:
         config, options = resolve_resume(args)
@@ -316,6 +370,13 @@ def cmd_train(args) -> int:
     print(f"fusedrl train {config.env_id} ({preset_note}): {options.num_seeds} seed(s), "
           f"{config.num_updates} updates of {config.num_envs} envs x {config.num_steps} steps -> {out}",
           file=sys.stderr)
+    budget_given = args.total_timesteps is not None or any(
+        o.split("=", 1)[0].strip() == "total_timesteps" for o in args.overrides)
+    if args.resume is None and budget_given and config.env_steps != config.total_timesteps:
+        print(rounding_note(config), file=sys.stderr)
+    from fusedrl.compile_cache import cache_counts
+
+    cache_before = cache_counts()
     try:
         if args.resume is not None:
             run = resume_run(out, progress=not args.no_progress, loggers=loggers)
@@ -338,6 +399,7 @@ def cmd_train(args) -> int:
     from fusedrl.runs import summary_table
 
     print(summary_table(run.summary))
+    print(time_line(run.summary, time.perf_counter() - started, cache_before, cache_counts()))
     print(f"saved {out}/: config.json metrics.csv learning_curve.png checkpoint/ summary.json")
     return 0
 
@@ -359,6 +421,10 @@ def cmd_evaluate(args) -> int:
 
     if args.episodes is not None and args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
+    if not args.run_dir.exists():
+        from fusedrl.policy import missing_run_error
+
+        raise CLIError(str(missing_run_error(args.run_dir)))
     try:
         ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed, greedy=not args.sampled,
                           **({} if args.max_steps is None else {"max_steps": args.max_steps}))
@@ -381,6 +447,8 @@ def cmd_evaluate(args) -> int:
 
 # ------------------------------------------------------------------------------------ envs
 def format_space(space) -> str:
+    from fusedrl.envs import space_info
+
     info = space_info(space)
     if info["type"] == "Discrete":
         return f"Discrete({info['n']})"
@@ -396,6 +464,9 @@ def _bound(x: float) -> str:
 
 
 def cmd_envs(args) -> int:
+    from fusedrl.envs import make, registered_ids
+    from fusedrl.train.presets import has_preset
+
     rows = []
     for env_id in registered_ids(include_gymnax=True):
         gymnax = env_id.startswith("gymnax:")
@@ -419,8 +490,24 @@ def cmd_envs(args) -> int:
     return 0
 
 
+def use_compile_cache(off: bool) -> Path | None:
+    """Turns the compile cache on unless `off` (--no-compile-cache) or FUSEDRL_COMPILE_CACHE=0 says
+    not to; a folder that cannot be created is a warning, not an error. Returns the folder, or None."""
+    from fusedrl.compile_cache import default_cache_dir, disabled_by_env, enable_compile_cache
+
+    if off or disabled_by_env():
+        return None
+    try:
+        return enable_compile_cache()
+    except OSError as e:
+        print(f"warning: compile cache off: cannot use {default_cache_dir()} ({e}); set XDG_CACHE_HOME "
+              f"to a writable folder, or pass --no-compile-cache", file=sys.stderr)
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fusedrl` console script; returns the exit status."""
+    started = time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["profile"]:  # its own parser, so `fusedrl profile --help` reaches it
         from fusedrl.profile import main as profile_main
@@ -428,16 +515,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return profile_main(argv[1:], prog="fusedrl profile")
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.started = started
     commands = {
         "train": cmd_train, "evaluate": cmd_evaluate, "envs": cmd_envs,
         "sweep": cmd_sweep,
     }
+    spinner = None
     try:
         import_modules(args.imports)
+        if getattr(args, "no_compile_cache", None) is not None:
+            use_compile_cache(args.no_compile_cache)
+        if args.command in ("train", "evaluate", "sweep") and not getattr(args, "no_progress", False):
+            from fusedrl.progress import show_spinner
+
+            spinner = show_spinner(True)  # while compiling: a spinner with the elapsed time
         return commands[args.command](args)
     except UsageError as e:
         print(f"fusedrl {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if spinner is not None:
+            from fusedrl.progress import restore_spinner
+
+            restore_spinner(spinner)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,30 @@ class Policy:
         return f"Policy({self.config.env_id!r}, hidden_sizes={self.config.hidden_sizes})"
 
 
+def missing_run_error(path: str | os.PathLike) -> FileNotFoundError:
+    """The error for a run folder that does not exist, naming folders beside it of a close name: a
+    run folder's name is its env id with ':' and '/' as '_' (runs/gymnax_Catch-bsuite)."""
+    import difflib
+
+    path = Path(path)
+    parent = path.parent
+    try:
+        siblings = sorted(p.name for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
+    except OSError:
+        siblings = []
+    as_saved = path.name.replace(":", "_").replace("/", "_")
+    near = [as_saved] if as_saved != path.name and as_saved in siblings else []
+    near += difflib.get_close_matches(path.name, siblings, n=3, cutoff=0.75)
+    near = list(dict.fromkeys(near))[:3]
+    if near:
+        hint = " Did you mean " + " or ".join(str(parent / n) for n in near) + "?"
+    elif parent.is_dir():
+        hint = f" {parent} holds: {', '.join(siblings[:20]) or 'no folders'}." if siblings else ""
+    else:
+        hint = f" ({parent} does not exist either.)"
+    return FileNotFoundError(f"{path} does not exist.{hint}")
+
+
 def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
     """The trained policy of a run folder (or a checkpoint directory).
 
@@ -115,6 +139,8 @@ def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
     if seed is not None and not is_int(seed):
         raise TypeError(f"seed must be the index of a seed of the run (an int), got {seed!r}.")
     path = Path(path)
+    if not path.exists():
+        raise missing_run_error(path)
     ckpt_dir = path / "checkpoint" if (path / "checkpoint").is_dir() else path
     expected = None
     if (path / "config.json").is_file():

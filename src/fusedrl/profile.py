@@ -286,7 +286,28 @@ def profile_update(config: PPOConfig, mode: str | None = None, repeats: int = 5)
     return fn(config, int(repeats))
 
 
+#: What each mode's "other" row holds, printed under the table.
+OTHER = {
+    "fused": "other: the whole jitted update - rollout - gae - update (the per-update metrics, the "
+             "optimizer-state bookkeeping between the pieces, and dispatching the one call)",
+    "bridge": "other: the trainer's learn call - gae - update (stacking the host rollout into device "
+              "arrays, the per-update metrics, and dispatching the calls)",
+}
+
+#: Why a row can come out negative: its pieces were timed apart and overlap inside the whole.
+NEGATIVE = {
+    "rollout: fusion": "XLA overlaps env and policy inside the one rollout program, so they take "
+                       "less time together than timed apart",
+    "other": "the pieces timed apart took longer than the whole, which XLA schedules as one program",
+    "policy: dispatch": "the policy's device time per call, timed in a scan, exceeds its call time "
+                        "here (timing noise at this size)",
+}
+
+
 def format_table(summary: dict[str, Any]) -> str:
+    """The table `fusedrl profile` prints: one row per phase that takes time, then notes on the
+    phases whose measured share is negative (timed apart, they overlap in the whole) and on what
+    "other" holds."""
     total = summary["total_seconds"]
     lines = [
         f"{summary['env_id']}  mode={summary['mode']}  num_envs={summary['num_envs']}  "
@@ -295,13 +316,21 @@ def format_table(summary: dict[str, Any]) -> str:
         f"medians of {summary['repeats']})",
         f"{'phase':<18}{'ms/update':>12}{'share':>9}",
     ]
+    negative = {name: sec for name, sec in summary["seconds"].items() if sec < 0}
     for name, sec in summary["seconds"].items():
-        lines.append(f"{name:<18}{sec * 1e3:>12.2f}{sec / total:>9.1%}")
+        if name not in negative:
+            lines.append(f"{name:<18}{sec * 1e3:>12.2f}{sec / total:>9.1%}")
     lines.append(f"{'total':<18}{total * 1e3:>12.2f}{1:>9.0%}")
     lines.append(
         f"env steps/s {summary['steps_per_s']:,.0f}   device computation "
         f"{summary['device_fraction']:.1%} of wall time"
     )
+    if "other" in summary["seconds"] and summary["mode"] in OTHER:
+        lines.append(OTHER[summary["mode"]])
+    for name, sec in negative.items():
+        why = NEGATIVE.get(name, "its pieces, timed apart, overlap in the whole")
+        lines.append(f"not a row: {name} {sec * 1e3:.2f} ms, below zero: {why}; the rows above then "
+                     f"add up to more than the total")
     return "\n".join(lines)
 
 
@@ -319,12 +348,18 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
     p.add_argument("--update-epochs", type=positive_int, default=None)
     p.add_argument("--num-minibatches", type=positive_int, default=None)
     p.add_argument("--repeats", type=positive_int, default=5, help="timed repeats (default: 5)")
+    p.add_argument("--json", action="store_true",
+                   help="also print the measurements as one JSON line after the table")
+    p.add_argument("--no-compile-cache", action="store_true",
+                   help="compile every program here instead of loading it from fusedrl's compile "
+                        "cache (~/.cache/fusedrl/jax), and save none there; or set FUSEDRL_COMPILE_CACHE=0")
     add_import_option(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> int:
-    """Parses `argv`, profiles, prints the table then one JSON line; returns 0 (2 on bad input)."""
+    """Parses `argv`, profiles, prints the table (then one JSON line with --json); returns 0 (2 on
+    bad input)."""
     from fusedrl.envs import make
 
     args = build_parser(prog).parse_args(argv)
@@ -339,9 +374,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
     except (ValueError, TypeError, UsageError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    from fusedrl.cli import use_compile_cache
+
+    use_compile_cache(args.no_compile_cache)
     summary = profile_update(config, mode, args.repeats)
     print(format_table(summary))
-    print(json.dumps(summary))
+    if args.json:
+        print(json.dumps(summary))
     return 0
 
 

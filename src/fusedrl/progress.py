@@ -142,8 +142,68 @@ def interrupt_guard(monitor: Monitor) -> Iterator[None]:
         jax_logger.removeFilter(quiet)
 
 
+#: What `hold_interrupt` shows a spinner for, when `show_spinner` turned it on: compiles (the one
+#: training program, and evaluation's, which compiles first).
+SPINNER_PHASES = ("compiling", "evaluating")
+_spinner: dict[str, Any] = {"on": False, "force_terminal": None}
+_live_bars = [0]  # ProgressBars drawing now: they show the compile (spinner, elapsed time) themselves
+
+
+def show_spinner(on: bool = True, *, force_terminal: bool | None = None) -> dict[str, Any]:
+    """Turns the spinner of `hold_interrupt`'s compile phases on (the command line does, with its
+    progress) or off; returns the previous setting, for `restore_spinner`. `force_terminal`: draw it
+    on a file that is not a terminal too (tests); by default only a terminal shows it."""
+    previous = dict(_spinner)
+    _spinner.update(on=bool(on), force_terminal=force_terminal)
+    return previous
+
+
+def restore_spinner(previous: dict[str, Any]) -> None:
+    _spinner.update(previous)
+
+
+@contextlib.contextmanager
+def spinner(what: str, file=None, *, force_terminal: bool | None = None) -> Iterator[None]:
+    """A spinner with the elapsed time ("compiling ... 12 s") on `file` (default stderr) while the
+    block runs, cleared when it ends. Nothing on a file that is not a terminal (logs, pipes),
+    unless `force_terminal`. Compiling is most of a short run's time: this shows it is not stuck."""
+    from rich.console import Console
+
+    console = Console(file=file or sys.stderr, force_terminal=force_terminal)
+    if not console.is_terminal:
+        yield
+        return
+    start = time.perf_counter()
+    stop = threading.Event()
+    with console.status(f"{what} ...", spinner="dots") as status:
+        def tick() -> None:  # the elapsed time, once a second (rich redraws the spinner itself)
+            while not stop.wait(1.0):
+                status.update(f"{what} ... {time.perf_counter() - start:.0f} s")
+
+        thread = threading.Thread(target=tick, name="fusedrl-spinner", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+
 @contextlib.contextmanager
 def hold_interrupt(what: str, file=None) -> Iterator[None]:
+    """`_hold_interrupt`, with a spinner while compiling when `show_spinner` turned it on (main
+    thread only: one spinner, not one per thread)."""
+    if (_spinner["on"] and what in SPINNER_PHASES and not _live_bars[0]
+            and threading.current_thread() is threading.main_thread()):
+        with spinner(what, file, force_terminal=_spinner["force_terminal"]), _hold_interrupt(what, file):
+            yield
+    else:
+        with _hold_interrupt(what, file):
+            yield
+
+
+@contextlib.contextmanager
+def _hold_interrupt(what: str, file=None) -> Iterator[None]:
     """Holds Ctrl-C (SIGINT) until the block ends, then acts on it there (raises KeyboardInterrupt,
     or calls the handler that was in place before). For compiling: with jax 0.10.2, a Ctrl-C that
     lands inside XLA's compile abandons it, and the interpreter then crashes as it exits (a segfault,
@@ -204,11 +264,20 @@ class ProgressBar:
         self._next_plain = 0.1
         self._progress = None
         if self.console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
-            # Fits an 80-column terminal: bar, updates done/total, steps, SPS, return, elapsed.
+            # Fits an 80-column terminal: spinner, bar, updates done/total, steps, SPS, return,
+            # elapsed. While compiling: the spinner, "compiling" and its elapsed time.
             self._progress = Progress(
-                BarColumn(bar_width=20),
+                SpinnerColumn(finished_text=" "),
+                BarColumn(bar_width=18),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(),
@@ -218,6 +287,7 @@ class ProgressBar:
             self._task = self._progress.add_task(description, total=num_updates, completed=start_update,
                                                  info="compiling")
             self._progress.start()
+            _live_bars[0] += 1
 
     def restart_clock(self) -> None:
         """Starts timing now (after compiling), for SPS and the elapsed-time column."""
@@ -248,6 +318,7 @@ class ProgressBar:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+            _live_bars[0] -= 1
 
 
 class CallbackLogger:

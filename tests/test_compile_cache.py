@@ -1,0 +1,88 @@
+"""The compile cache: a second identical `fusedrl train` loads its programs instead of compiling
+them, a changed config compiles anew, and the flag and the environment variable turn it off."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from fusedrl import cli, compile_cache
+
+TINY = ["--env", "CartPole-v1", "--total-timesteps", "64", "--set", "num_envs=2", "--set", "num_steps=8",
+        "--set", "num_minibatches=1", "--set", "update_epochs=1", "--set", "hidden_sizes=8",
+        "--progress-every", "0", "--eval-episodes", "1"]
+
+
+def _fusedrl(args, tmp_path, **env):
+    """`fusedrl ARGS` in a fresh process whose per-user cache folder is under tmp_path."""
+    environ = {k: v for k, v in os.environ.items() if k != "FUSEDRL_COMPILE_CACHE"}  # conftest's 0
+    environ.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), **env)
+    out = subprocess.run([sys.executable, "-m", "fusedrl.cli", *args], capture_output=True, text=True,
+                         env=environ, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _entries(tmp_path):
+    folder = tmp_path / "xdg" / "fusedrl" / "jax"
+    return sorted(os.listdir(folder)) if folder.is_dir() else []
+
+
+@pytest.mark.timeout(900)
+def test_second_identical_train_loads_its_programs_a_changed_config_compiles_and_off_is_off(tmp_path):
+    first = _fusedrl(["train", *TINY, "--out", "a1"], tmp_path)
+    assert "programs: compiled, now in the compile cache" in first, first
+    written = _entries(tmp_path)
+    assert any(name.startswith("jit_") for name in written)
+
+    second = _fusedrl(["train", *TINY, "--out", "a2"], tmp_path)
+    assert "programs: from the compile cache" in second, second
+    assert _entries(tmp_path) == written  # nothing compiled, nothing written
+    compile_s = [float(re.search(r"compile ([\d.]+) s", out).group(1)) for out in (first, second)]
+    assert compile_s[1] < compile_s[0], compile_s
+
+    # Another network is another program: JAX's key differs, so it is compiled, not loaded.
+    wider = [("hidden_sizes=16" if a == "hidden_sizes=8" else a) for a in TINY]
+    changed = _fusedrl(["train", *wider, "--out", "b"], tmp_path)
+    line = next(x for x in changed.splitlines() if x.startswith("  programs:"))
+    assert line != "  programs: from the compile cache" and len(_entries(tmp_path)) > len(written), changed
+
+    # Turned off, by the flag or the environment variable: programs new to the cache are not written.
+    entries = _entries(tmp_path)
+    out = _fusedrl(["evaluate", "a1", "--episodes", "2", "--no-compile-cache"], tmp_path)
+    assert "mean" in out and _entries(tmp_path) == entries
+    out = _fusedrl(["evaluate", "a1", "--episodes", "3"], tmp_path, FUSEDRL_COMPILE_CACHE="0")
+    assert "mean" in out and _entries(tmp_path) == entries
+
+
+def test_off_switches_leave_jax_alone(monkeypatch):
+    import jax
+
+    before = jax.config.jax_compilation_cache_dir
+    assert cli.use_compile_cache(True) is None
+    for value in ("0", "false", "OFF", " no "):
+        monkeypatch.setenv("FUSEDRL_COMPILE_CACHE", value)
+        assert compile_cache.disabled_by_env() and cli.use_compile_cache(False) is None
+    monkeypatch.setenv("FUSEDRL_COMPILE_CACHE", "1")
+    assert not compile_cache.disabled_by_env()
+    assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_default_folder_is_per_user(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compile_cache.default_cache_dir() == tmp_path / "fusedrl" / "jax"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert compile_cache.default_cache_dir() == compile_cache.Path.home() / ".cache" / "fusedrl" / "jax"
+
+
+def test_describe_says_where_the_programs_came_from():
+    zero = {"requests": 0, "hits": 0}
+    assert compile_cache.describe(zero, zero) is None
+    assert compile_cache.describe(zero, {"requests": 3, "hits": 3}) == "from the compile cache"
+    some = compile_cache.describe(zero, {"requests": 3, "hits": 1})
+    assert some == "1 of 3 programs from the compile cache"
+    assert compile_cache.describe(zero, {"requests": 3, "hits": 0}) == "compiled, now in the compile cache"
