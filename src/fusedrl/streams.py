@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl._argtypes import is_int
+from fusedrl.platform import choices_platform
 from fusedrl.train import TrainResult
 
 #: A stream runs its share in pieces of about this many updates in all (its runs' updates added
@@ -69,7 +70,7 @@ def resolve_streams(streams: int | None, devices: Sequence[jax.Device], num_runs
     device; 1 elsewhere (several devices split the runs, and an accelerator runs one vmapped
     program best). A count > 1 is refused unless the runs are on a lone CPU device.
     """
-    cpu_alone = len(devices) == 1 and devices[0].platform == "cpu"
+    cpu_alone = len(devices) == 1 and choices_platform(devices[0].platform) == "cpu"
     if streams is None:
         return min(num_runs, usable_cores()) if cpu_alone else 1
     if not is_int(streams) or streams < 1:
