@@ -173,6 +173,11 @@ class PPOConfig:
         units, so without normalize_reward it limits how fast large returns are learned.
       target_kl: None, or stop an update's remaining minibatch steps once one starts more than
         1.5 * target_kl (approx. KL, k3 estimator) from the rollout's policy (SB3's rule).
+      recurrent, recurrent_size: None for the feed-forward networks above, or "gru" / "lstm": a
+        recurrent actor-critic (`fusedrl.networks.RecurrentActorCritic`) whose cell state, of
+        recurrent_size units, is carried through the rollout and reset where an env's episode
+        starts; the update replays each env's sequence from the state it had, with minibatches of
+        whole envs (num_minibatches must divide num_envs).
       env_params: overrides of the env's params (physics constants, time limit).
     """
 
@@ -202,6 +207,8 @@ class PPOConfig:
     # None: every update takes all its minibatch steps. A number: an update stops early once a
     # minibatch starts more than 1.5 * target_kl (approx. KL) from the rollout's policy (as SB3).
     target_kl: float | None = None
+    recurrent: str | None = None
+    recurrent_size: int = 128
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __new__(cls, *args, **kwargs):
@@ -303,7 +310,8 @@ def _check_names(config_cls, d: Mapping[str, Any]) -> None:
 #: The names of PPOConfig's traced fields, in declaration order (`PPOConfig.traced_fields()`).
 TRACED_FIELDS = traced_fields(PPOConfig)
 
-_INT_FIELDS = ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches")
+_INT_FIELDS = ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches",
+               "recurrent_size")
 _NUMBER_FIELDS = TRACED_FIELDS + ("log_std_init", "target_kl")
 
 
@@ -447,3 +455,25 @@ def _validate(c: PPOConfig) -> None:
 
         if error := network_path_error(c.network):
             raise ValueError(f"network {error}")
+    _validate_recurrent(c)
+
+
+def _validate_recurrent(c) -> None:
+    from fusedrl.networks import RECURRENT_CELLS
+
+    if c.recurrent is not None and c.recurrent not in RECURRENT_CELLS:
+        raise ValueError(f"recurrent must be None (a feed-forward network) or one of "
+                         f"{list(RECURRENT_CELLS)}, got {c.recurrent!r}.")
+    if not is_int(c.recurrent_size) or c.recurrent_size <= 0:
+        raise ValueError(f"recurrent_size must be a positive int (the cell's width, e.g. 128), got "
+                         f"{c.recurrent_size!r}.")
+    if c.recurrent is None:
+        return
+    if c.network is not None:
+        raise ValueError(f"recurrent={c.recurrent!r} builds the built-in recurrent actor-critic, and network="
+                         f"{c.network!r} names your own: set one of them (network=None for the built-in).")
+    if c.num_envs % c.num_minibatches:
+        divisors = [d for d in range(1, c.num_envs + 1) if c.num_envs % d == 0]
+        raise ValueError(f"num_minibatches={c.num_minibatches} must divide num_envs={c.num_envs} with "
+                         f"recurrent={c.recurrent!r}: minibatches are whole envs' sequences. Choose "
+                         f"num_minibatches among {divisors}.")

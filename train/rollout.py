@@ -38,30 +38,37 @@ def batched_values(apply_fn: Callable, params, obs: jax.Array) -> jax.Array:
     return apply_fn(params, flat_obs)[1].reshape(num_steps, num_envs)
 
 
-def rollout(apply_fn: Callable, params, venv, env_state, obs: jax.Array, env_params: Any, key: jax.Array,
-            *, num_steps: int, noise: Callable, tuning: Tuning, values_after_loop: bool):
-    """Steps the envs `num_steps` times with the policy `apply_fn(params, obs) -> (pi, value)`.
+def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, policy_state, env_params: Any,
+            key: jax.Array, *, num_steps: int, noise: Callable, tuning: Tuning,
+            values_after_loop: Callable | None, reset_policy_state: Callable):
+    """Steps the envs `num_steps` times with the policy.
+
+    `policy_step(params, policy_state, obs) -> (policy_state, pi, value)` is one policy call on a
+    batch of observations; `policy_state` is what a recurrent policy carries between steps (None for
+    a feed-forward one). After each env step, `reset_policy_state(policy_state, done)` sets the
+    state of the envs whose episode ended back to its start, since those envs have auto-reset.
 
     All of the rollout's randomness comes in a few large draws before the step loop: the action
     sampling noise (`noise(key, num_steps)`, from the policy distribution's `noise`) and, when the
     env finds it worth it, the envs' reset states and step keys (`venv.rollout_draws`). Inside the
     loop there are no random numbers and no branches (see `fusedrl.envs.vector`).
 
-    With `values_after_loop` the loop runs only the actor (XLA drops the unused critic) and V of
-    the [T, N] observations comes from one batched call after it.
+    With `values_after_loop` (a function of params and [T, N, ...] observations) the loop keeps only
+    the actions (XLA drops an unused critic) and V of the observations comes from it after the loop.
 
     Returns:
-      (env_state, obs, traj): the envs' state and observations after the last step, and the
-      `Transition`s stacked to [T, N, ...].
+      (env_state, obs, policy_state, traj): after the last step, and the `Transition`s stacked to
+      [T, N, ...].
     """
 
     def step(carry, xs):
-        env_state, obs = carry
+        env_state, obs, policy_state = carry
         eps, draws = xs
-        pi, value = apply_fn(params, obs)
+        policy_state, pi, value = policy_step(params, policy_state, obs)
         action = pi.sample_from_noise(eps)
         next_obs, env_state, reward, terminated, truncated, info = venv.step(
             env_state, action, env_params, draws)
+        done = terminated | truncated
         t = Transition(
             obs=obs,
             action=action,
@@ -69,22 +76,22 @@ def rollout(apply_fn: Callable, params, venv, env_state, obs: jax.Array, env_par
             value=None if values_after_loop else value,
             reward=reward,
             terminated=terminated,
-            done=terminated | truncated,
+            done=done,
             next_obs=info["final_observation"],
             episode_done=info["episode_done"],
             episode_return=info["episode_return"],
             episode_length=info["episode_length"],
         )
-        return (env_state, next_obs), t
+        return (env_state, next_obs, reset_policy_state(policy_state, done)), t
 
     k_noise, k_env = jax.random.split(key)
     draws = venv.rollout_draws(k_env, env_params, num_steps, max_bytes=tuning.predraw_max_bytes)
-    (env_state, obs), traj = jax.lax.scan(
-        step, (env_state, obs), (noise(k_noise, num_steps), draws), unroll=tuning.rollout_unroll
+    (env_state, obs, policy_state), traj = jax.lax.scan(
+        step, (env_state, obs, policy_state), (noise(k_noise, num_steps), draws), unroll=tuning.rollout_unroll
     )
     if values_after_loop:
-        traj = traj._replace(value=batched_values(apply_fn, params, traj.obs))
-    return env_state, obs, traj
+        traj = traj._replace(value=values_after_loop(params, traj.obs))
+    return env_state, obs, policy_state, traj
 
 
 __all__ = ["Transition", "batched_values", "rollout"]

@@ -27,7 +27,7 @@ from fusedrl._warnings import warn_user
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
-from fusedrl.networks import ActorCritic, build_network
+from fusedrl.networks import ActorCritic, RecurrentActorCritic, build_network
 from fusedrl.platform import choices_platform
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
@@ -90,6 +90,7 @@ class RunnerState:
     update: jax.Array  # [] int32 updates completed
     last_return: jax.Array  # [] float32 mean return of the latest update that completed an episode
     last_length: jax.Array  # [] float32 its mean length
+    policy_state: Any = None  # a recurrent policy's carry per env ([N, H] leaves); None feed-forward
 
 
 @struct.dataclass
@@ -190,6 +191,7 @@ class Trainer:
                                      cpu_weight_grad=tuning.cpu_weight_grad)
         # A user's network may share its torso between actor and critic: its values always come
         # from the rollout's own calls.
+        self.recurrent = isinstance(self.network, RecurrentActorCritic)
         self.values_after_loop = tuning.values_after_loop and isinstance(self.network, ActorCritic)
 
     # ----------------------------------------------------------------------------------- pieces
@@ -261,28 +263,91 @@ class Trainer:
             k_env, key = jax.random.fold_in(k_env, shard), jax.random.fold_in(key, shard)
         venv = self.make_env(hparams)
         obs, env_state = venv.reset(k_env, hparams.env_params)
-        params = self.network.init(k_net, obs[:1])
+        policy_state = self.initial_policy_state(obs.shape[0])
+        if self.recurrent:
+            params = self.network.init(k_net, jax.tree.map(lambda x: x[:1], policy_state), obs[:1])
+        else:
+            params = self.network.init(k_net, obs[:1])
         opt_state = self.make_optimizer(hparams).init(params)
         zero = jnp.zeros((), jnp.float32)
-        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero)
+        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero, policy_state)
+
+    # ---------------------------------------------------------------------------------- policy
+    def initial_policy_state(self, num_envs: int):
+        """What the policy carries between steps at the start of an episode, for `num_envs` envs:
+        a recurrent network's zero carry ([num_envs, H] leaves); None for a feed-forward network."""
+        return self.network.initial_carry(num_envs) if self.recurrent else None
+
+    def policy_step(self, params, policy_state, obs: jax.Array):
+        """One policy call on obs [N, ...]: (policy_state after it, pi, value [N])."""
+        if self.recurrent:
+            policy_state, (pi, value) = self.network.apply(params, policy_state, obs)
+            return policy_state, pi, value
+        pi, value = self.network.apply(params, obs)
+        return policy_state, pi, value
+
+    def reset_policy_state(self, policy_state, done: jax.Array):
+        """`policy_state` with the envs where `done` [N] back at the start of an episode."""
+        if not self.recurrent:
+            return policy_state
+        start = self.initial_policy_state(done.shape[0])
+        return jax.tree.map(lambda s, x: jnp.where(done[:, None], s, x), start, policy_state)
+
+    def replay(self, params, policy_state, obs: jax.Array, done: jax.Array):
+        """A recurrent policy over a [T, N] sequence from `policy_state` (its carry before step 0),
+        reset after each step where `done`, as the rollout ran it. Returns (pi over [T, N], value
+        [T, N], the carry after each step before any reset, leaves [T, N, H])."""
+
+        def step(carry, xs):
+            o, d = xs
+            carry, (pi, value) = self.network.apply(params, carry, o)
+            return self.reset_policy_state(carry, d), (pi, value, carry)
+
+        _, (pi, value, after) = jax.lax.scan(step, policy_state, (obs, done))
+        return pi, value, after
 
     # ---------------------------------------------------------------------------------- update
     def rollout(self, state: RunnerState, hparams: Hyperparams, venv, key: jax.Array):
         """`num_steps` steps of the fused envs with the current policy: (state, [T, N] Transitions)."""
-        env_state, obs, traj = rollout(
-            self.network.apply, state.params, venv, state.env_state, state.obs, hparams.env_params, key,
-            num_steps=self.config.num_steps, noise=self.noise, tuning=self.tuning,
-            values_after_loop=self.values_after_loop,
+        env_state, obs, policy_state, traj = rollout(
+            self.policy_step, state.params, venv, state.env_state, state.obs, state.policy_state,
+            hparams.env_params, key, num_steps=self.config.num_steps, noise=self.noise, tuning=self.tuning,
+            values_after_loop=self.values if self.values_after_loop else None,
+            reset_policy_state=self.reset_policy_state,
         )
-        return state.replace(env_state=env_state, obs=obs), traj
+        return state.replace(env_state=env_state, obs=obs, policy_state=policy_state), traj
 
     def values(self, params, obs: jax.Array) -> jax.Array:
         """V of [T, N, ...] observations, [T, N]."""
         return batched_values(self.network.apply, params, obs)
 
-    def advantages(self, params, traj: Transition, hparams: Hyperparams):
+    def next_values(self, params, traj: Transition, policy_state=None) -> jax.Array:
+        """V of each step's next observation (before any auto-reset), [T, N]. A recurrent policy
+        values it from its carry after that step (`policy_state`: the carry before the rollout)."""
+        if not self.recurrent:
+            return self.values(params, traj.next_obs)
+        _, _, after = self.replay(params, policy_state, traj.obs, traj.done)
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), after)
+        next_obs = traj.next_obs.reshape((-1,) + traj.next_obs.shape[2:])
+        _, (_, value) = self.network.apply(params, flat, next_obs)
+        return value.reshape(traj.reward.shape)
+
+    def advantages(self, params, traj: Transition, hparams: Hyperparams, policy_state=None):
         """The algorithm's (advantages, targets), each [T, N], of a [T, N] rollout."""
-        return self.algorithm.targets(traj, self.values(params, traj.next_obs), hparams)
+        return self.algorithm.targets(traj, self.next_values(params, traj, policy_state), hparams)
+
+    def sequence_apply(self, params, obs):
+        """The recurrent network on a minibatch of whole sequences, `obs` = (observations [B, T, ...],
+        done [B, T], carry before step 0 [B, H]): (pi, value) over [B, T]. It replays each
+        sequence as the rollout ran it, so the losses see the log-probabilities and values of the
+        rollout's own policy states."""
+        o, done, carry = obs
+        pi, value, _ = self.replay(params, carry, jnp.swapaxes(o, 0, 1), jnp.swapaxes(done, 0, 1))
+        # The scan stacked every leaf of the per-step pi along time: per-env leaves ([B, A] logits or
+        # mean) are now [T, B, A] and go env-major; a state-independent log_std ([A]) is [T, A],
+        # the same at every step.
+        pi = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1) if x.ndim >= 3 else x[0], pi)
+        return pi, jnp.swapaxes(value, 0, 1)
 
     def learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key: jax.Array):
         """The update's optimiser steps on a flat batch [B, ...]: (params, opt_state, loss statistics'
@@ -290,7 +355,8 @@ class Trainer:
         c, algo = self.config, self.algorithm
         normalize_adv = getattr(c, "normalize_adv", False)
         across = self.axis_name if normalize_adv and self.axis_name is not None else None
-        loss_fn = algo.loss(c, self.network.apply, hparams, normalize_adv and across is None)
+        apply_fn = self.sequence_apply if self.recurrent else self.network.apply
+        loss_fn = algo.loss(c, apply_fn, hparams, normalize_adv and across is None)
         return minibatch_epochs(
             loss_fn, self.make_optimizer(hparams), params, opt_state, batch, key,
             epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=getattr(c, "target_kl", None),
@@ -300,23 +366,33 @@ class Trainer:
     def update_step(self, state: RunnerState, hparams: Hyperparams, venv):
         """One update: a rollout of the fused envs, then `learn_from_rollout`."""
         key, k_roll = jax.random.split(state.key)
+        start = state.policy_state
         state, traj = self.rollout(state.replace(key=key), hparams, venv, k_roll)
-        return self.learn_from_rollout(state, traj, hparams)
+        return self.learn_from_rollout(state, traj, hparams, start)
 
-    def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams):
+    def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams,
+                           policy_state=None):
         """Targets, the optimiser steps and this update's metrics from a [T, N] rollout, wherever it
-        came from (the fused envs or the host bridge).
+        came from (the fused envs or the host bridge). `policy_state`: a recurrent policy's carry
+        before the rollout's first step.
 
         Returns (state with new params/opt_state/key/update counter, metrics dict of scalars).
         """
         key, k_learn = jax.random.split(state.key)
-        adv, targets = self.advantages(state.params, traj, hparams)
+        adv, targets = self.advantages(state.params, traj, hparams, policy_state)
         num_steps, num_envs = traj.reward.shape
 
-        def flat(x):
-            return x.reshape((num_steps * num_envs,) + x.shape[2:])
+        if self.recurrent:  # whole sequences, env-major [N, T, ...]: minibatches are sets of envs
+            def flat(x):
+                return jnp.swapaxes(x, 0, 1)
 
-        batch = Batch(obs=flat(traj.obs), action=flat(traj.action), log_prob=flat(traj.log_prob),
+            obs = (flat(traj.obs), flat(traj.done), policy_state)
+        else:  # transitions [T * N, ...]
+            def flat(x):
+                return x.reshape((num_steps * num_envs,) + x.shape[2:])
+
+            obs = flat(traj.obs)
+        batch = Batch(obs=obs, action=flat(traj.action), log_prob=flat(traj.log_prob),
                       value=flat(traj.value), advantage=flat(adv), target=flat(targets))
         params, opt_state, stats, steps = self.learn(state.params, state.opt_state, batch, hparams, k_learn)
         ret, length, n_done = _episode_statistics(traj, state.last_return, state.last_length)

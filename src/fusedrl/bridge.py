@@ -98,6 +98,9 @@ class HostPPO:
             raise TypeError(f"make_train takes a PPOConfig, got {type(config).__name__}.")
         if not is_host_env_id(config.env_id):
             raise ValueError(f"HostPPO trains 'gymnasium:' env ids, got {config.env_id!r}.")
+        if config.recurrent is not None:
+            raise ValueError(f"recurrent={config.recurrent!r}: the host bridge trains feed-forward policies "
+                             f"only; set recurrent=None, or use a JAX env id for a recurrent policy.")
         self.trainer = Trainer(config, PPO_ALGORITHM, callback=callback, callback_every=callback_every)
         self.config, self.callback, self.callback_every = config, callback, int(callback_every)
         t = self.trainer

@@ -223,14 +223,16 @@ def episode_returns(trainer: Trainer, result: TrainResult, venv, obs, env_state,
         return going if max_steps is None else going & ((max_steps < 0) | (carry[5] < max_steps))
 
     def body(carry):
-        env_state, obs, key, returns, finished, t = carry
+        env_state, obs, key, returns, finished, t, policy_state = carry
         key, k_act = jax.random.split(key)
-        pi, _ = trainer.network.apply(params, obs)
+        policy_state, pi, _ = trainer.policy_step(params, policy_state, obs)
         action = pi.mode() if greedy else pi.sample(k_act)
         obs, env_state, _, _, _, info = venv.step(env_state, action, hparams.env_params)
         first = info["episode_done"] & ~finished
         returns = jnp.where(first, info["episode_return"], returns)
-        return env_state, obs, key, returns, finished | info["episode_done"], t + 1
+        policy_state = trainer.reset_policy_state(policy_state, info["episode_done"])
+        return env_state, obs, key, returns, finished | info["episode_done"], t + 1, policy_state
 
-    carry = jax.lax.while_loop(cond, body, (env_state, obs, key, zeros, finished, jnp.int32(0)))
+    start = (env_state, obs, key, zeros, finished, jnp.int32(0), trainer.initial_policy_state(num_episodes))
+    carry = jax.lax.while_loop(cond, body, start)
     return jnp.where(carry[4], carry[3], jnp.nan)  # a diverged policy's episodes never started

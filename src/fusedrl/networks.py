@@ -1,4 +1,5 @@
-"""Actor-critic MLPs: separate actor and critic torsos, as PureJaxRL and CleanRL use for PPO."""
+"""Actor-critic networks: MLPs with separate actor and critic torsos (as PureJaxRL and CleanRL use for
+PPO), a recurrent (GRU/LSTM) actor-critic, and the checks a user's own network passes."""
 
 from __future__ import annotations
 
@@ -126,6 +127,58 @@ class ActorCritic(nn.Module):
         return pi, value
 
 
+#: The recurrent cells of `RecurrentActorCritic` (PPOConfig.recurrent).
+RECURRENT_CELLS = ("gru", "lstm")
+
+
+class RecurrentActorCritic(nn.Module):
+    """(carry, obs [B, obs_dim]) -> (carry, (policy distribution [B], value [B])): one step.
+
+    The observation goes through a dense layer (`hidden_sizes[0]` wide), then the recurrent cell
+    (`cell`, `recurrent_size` wide), whose output feeds separate actor and critic heads, each with
+    the remaining hidden layers (`hidden_sizes[1:]`). The carry is the cell's state ([B, H] for a
+    GRU, a pair for an LSTM); `initial_carry(B)` is its start of episode (zeros): the trainer resets
+    an env's carry to it exactly where the env auto-resets. Every orthogonal initialiser is
+    `fusedrl.initializers.orthogonal` (no QR decomposition).
+    """
+
+    action_dim: int
+    discrete: bool
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+    cell: str = "gru"
+    recurrent_size: int = 128
+
+    def initial_carry(self, batch: int):
+        zeros = jnp.zeros((batch, self.recurrent_size), jnp.float32)
+        return zeros if self.cell == "gru" else (zeros, zeros)
+
+    @nn.compact
+    def __call__(self, carry, obs: jax.Array):
+        act = ACTIVATIONS[self.activation]
+        hidden_scale = float(np.sqrt(2.0))
+        dense = partial(_dense, cpu_weight_grad=False, dtype=jnp.float32)
+        x = act(dense(self.hidden_sizes[0], hidden_scale, "embed")(obs))
+        cells = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
+        carry, x = cells[self.cell](self.recurrent_size, kernel_init=orthogonal(1.0),
+                                    recurrent_kernel_init=orthogonal(1.0), name="cell")(carry, x)
+        a = x
+        for i, width in enumerate(self.hidden_sizes[1:]):
+            a = act(dense(width, hidden_scale, f"actor_{i}")(a))
+        head = dense(self.action_dim, 0.01, "actor_head")(a)
+        if self.discrete:
+            pi = Categorical(logits=head)
+        else:
+            init = nn.initializers.constant(self.log_std_init)
+            log_std = self.param("log_std", init, (self.action_dim,), jnp.float32)
+            pi = DiagGaussian(mean=head, log_std=log_std)
+        v = x
+        for i, width in enumerate(self.hidden_sizes[1:]):
+            v = act(dense(width, hidden_scale, f"critic_{i}")(v))
+        return carry, (pi, dense(1, 1.0, "critic_head")(v)[..., 0])
+
+
 def network_path_error(path) -> str | None:
     """Why `path` is not a "module:function" network path (None: it is one); the text follows
     "network " in the config's error."""
@@ -163,6 +216,11 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
 
     `cpu_weight_grad` (`Tuning.cpu_weight_grad`) applies to the built-in network only.
     """
+    if getattr(config, "recurrent", None) is not None:
+        return RecurrentActorCritic(
+            action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
+            activation=config.activation, log_std_init=float(config.log_std_init),
+            cell=config.recurrent, recurrent_size=config.recurrent_size)
     if config.network is None:
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, log_std_init=float(config.log_std_init),
@@ -288,4 +346,5 @@ def param_count(params) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
 
-__all__ = ["ACTIVATIONS", "ActorCritic", "Dense", "build_network", "matmul", "param_count", "value_only"]
+__all__ = ["ACTIVATIONS", "RECURRENT_CELLS", "ActorCritic", "Dense", "RecurrentActorCritic", "build_network",
+           "matmul", "param_count", "value_only"]

@@ -27,6 +27,12 @@ class Policy:
     training env did. A policy trained through the host bridge ("gymnasium:" env ids) takes the
     Gymnasium env's own observations and returns actions its `step` takes (NumPy).
 
+    A recurrent policy (`recurrent="gru"` or `"lstm"`) carries its state from one `act` call to
+    the next, one state per row of the batch: call `act` once per env step with the same batch
+    size, and `reset()` when episodes start (`reset(done)` with a bool [B] resets those rows only,
+    e.g. with the `terminated | truncated` of the step just taken). A call with another batch size,
+    or the first call, starts every row at the start of an episode.
+
     Attributes:
       config: the run's PPOConfig.
       params: the network parameters of this seed.
@@ -56,31 +62,50 @@ class Policy:
             venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=stats, evaluation=True)
             wrapper = W.find_wrapper(venv, W.NormalizeObservation)
             norm = None if wrapper is None else (wrapper.epsilon, wrapper.clip)
+        self._policy = getattr(self.trainer, "trainer", self.trainer)  # the bridge's fused Trainer
         self.obs_stats = self.trainer.obs_stats(state, hparams)
         self._norm = norm if self.obs_stats is not None else None
         # params and obs_stats are arguments, not constants baked in at the first call: a policy
         # whose params are replaced afterwards acts with the new ones.
         self._act = jax.jit(self._act_batch)
+        self.policy_state = None  # a recurrent policy's carry for the rows of the last batch
 
-    def _act_batch(self, params, obs_stats, obs, key):
+    def reset(self, done=None) -> None:
+        """A recurrent policy's state back to the start of an episode: every row, or the rows where
+        `done` (bool [B]) is True. Nothing to do for a feed-forward policy."""
+        if self.policy_state is None:
+            return
+        if done is None:
+            self.policy_state = None
+            return
+        done = jnp.asarray(np.asarray(done, bool).reshape(-1))
+        self.policy_state = self._policy.reset_policy_state(self.policy_state, done)
+
+    def _act_batch(self, params, obs_stats, obs, key, policy_state):
         x = jnp.asarray(obs, jnp.float32).reshape((obs.shape[0], -1))
         if self._norm is not None:
             epsilon, clip = self._norm
             x = obs_stats.normalize(x, epsilon=epsilon, clip=clip)
-        pi, _ = self.trainer.network.apply(params, x)
+        policy_state, pi, _ = self._policy.policy_step(params, policy_state, x)
         action = pi.mode() if key is None else pi.sample(key)
         if not self.trainer.discrete and self._decode is None:  # the bridge's decode clips on the host
             space = self.trainer.env.action_space(self.hparams.env_params)  # the run's bounds
             low = jnp.broadcast_to(jnp.asarray(space.low, action.dtype), action.shape[1:])
             high = jnp.broadcast_to(jnp.asarray(space.high, action.dtype), action.shape[1:])
             action = jnp.clip(action, low[None], high[None])
-        return action
+        return action, policy_state
 
     def _act_on(self, batch, key):
+        rows = batch.shape[0]
+        state = self.policy_state
+        if state is None or jax.tree.leaves(state)[0].shape[0] != rows:
+            state = self._policy.initial_policy_state(rows)
         if self._encode is None:
-            return self._act(self.params, self.obs_stats, batch, key)
+            action, self.policy_state = self._act(self.params, self.obs_stats, batch, key, state)
+            return action
         encoded = self._encode(np.asarray(batch))
-        return self._decode(np.asarray(self._act(self.params, self.obs_stats, encoded, key)))
+        action, self.policy_state = self._act(self.params, self.obs_stats, encoded, key, state)
+        return self._decode(np.asarray(action))
 
     def act(self, obs, key: jax.Array | None = None) -> jax.Array:
         obs = jnp.asarray(obs) if self._encode is None else np.asarray(obs)
