@@ -44,6 +44,7 @@ from fusedrl.envs.registry import on_register
 from fusedrl.evaluation import evaluate
 from fusedrl.files import write_atomic, write_json
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
+from fusedrl.platform import choices_platform
 from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
 from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams, update_pieces
 from fusedrl.train import PPOConfig, TrainResult, make_train
@@ -226,8 +227,9 @@ def _seeds(first_seed, num_seeds: int):
 
 
 @functools.lru_cache(maxsize=8)
-def _program(config: PPOConfig, num_seeds: int, callback_every: int):
-    """(trainer, jitted train of `num_seeds` seeds numbered from `first_seed`) for a static setup."""
+def _program(config: PPOConfig, num_seeds: int, callback_every: int, platform: str):
+    """(trainer, jitted train of `num_seeds` seeds numbered from `first_seed`) for a static setup.
+    `platform` (`choices_platform()`, which the trainer's choices are made for) keys the cache only."""
     train = _trainer(config, callback_every)
 
     def train_seeds(keys, hparams, first_seed):
@@ -240,7 +242,7 @@ def _program(config: PPOConfig, num_seeds: int, callback_every: int):
 
 
 @functools.lru_cache(maxsize=8)
-def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int):
+def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int, platform: str):
     """`_program` for a share run in pieces of updates (`fusedrl.streams`): (trainer, jitted
     `init(keys, hparams)`, jitted `advance(states, hparams, first_seed, first_update, num_updates)`,
     the last static)."""
@@ -314,16 +316,17 @@ def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams
     else:  # each segment in pieces: a share's pieces (several shares at once) or the segment itself
         plan = [[(first + f, n) for f, n in update_pieces(count)] if streams > 1 else [(first, count)]
                 for first, count in segments]
-    cache_key = (config, per, callback_every, None if plan is None else tuple(map(tuple, plan)))
+    platform = choices_platform()  # the trainer's choices differ by platform: so do its programs
+    cache_key = (config, per, callback_every, None if plan is None else tuple(map(tuple, plan)), platform)
     seconds = 0.0
     if cache_key not in _COMPILED:
         keys = jax.ShapeDtypeStruct((per,), jax.random.key(0).dtype)
         t = time.perf_counter()
         if whole:
-            train, jitted = _program(config, per, callback_every)
+            train, jitted = _program(config, per, callback_every, platform)
             compiled = jitted.lower(keys, train.default_hparams(), 0).compile()
         else:
-            train, init, advance = _pieces_program(config, per, callback_every)
+            train, init, advance = _pieces_program(config, per, callback_every, platform)
             hparams = train.default_hparams()
             first_seed = jax.ShapeDtypeStruct((), np.int32)
             pieces = [p for seg in plan for p in seg]

@@ -38,6 +38,7 @@ from jax.sharding import PartitionSpec as P
 from fusedrl._argtypes import is_int
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, on_register
+from fusedrl.platform import choices_platform
 from fusedrl.progress import hold_interrupt
 from fusedrl.streams import (
     check_devices,
@@ -198,7 +199,7 @@ def sweep(
         batched[RUN_TAG] = tags
 
     program, sharding = _program(_static_part(config), swept, devices, str(key_impl), callback,
-                                 callback_every, streams > 1)
+                                 callback_every, streams > 1, choices_platform())
     # Unswept values are traced arguments shared by every run (numpy: replicated on every host).
     base = _base_hparams(config)
     if streams > 1:
@@ -356,11 +357,12 @@ class _RunCallback:
 
 
 @functools.lru_cache(maxsize=16)
-def _program(config, swept, devices, key_impl, callback, callback_every, mapped=False):
+def _program(config, swept, devices, key_impl, callback, callback_every, mapped=False, platform=None):
     """The jitted sweep program for a (static config, set of swept fields, devices): compiled
     once, reused by later sweeps of the same shapes. Returns (program, run-axis sharding or None).
     mapped: for one stream of several, a `StreamProgram` that runs its runs one after another
-    (`lax.map`) and in pieces of updates, instead of a vmap of whole runs."""
+    (`lax.map`) and in pieces of updates, instead of a vmap of whole runs. platform: the
+    `choices_platform()` the trainer's choices are made for; it keys the cache only."""
     train = make_train(config, callback=None if callback is None else _RunCallback(callback),
                        callback_every=callback_every)
 
