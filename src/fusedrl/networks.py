@@ -80,6 +80,23 @@ def _dense(features: int, scale: float, name: str, cpu_weight_grad: bool, dtype:
                  cpu_weight_grad=cpu_weight_grad, dtype=dtype, name=name)
 
 
+def _torso(dense: Callable, act: Callable, widths: Sequence[int], prefix: str, x: jax.Array) -> jax.Array:
+    """Hidden layers `{prefix}_0`, `{prefix}_1`, ... of `widths`, each followed by `act`."""
+    hidden_scale = float(np.sqrt(2.0))
+    for i, width in enumerate(widths):
+        x = act(dense(width, hidden_scale, f"{prefix}_{i}")(x))
+    return x
+
+
+def _policy(module: nn.Module, head: jax.Array, discrete: bool, log_std_init: float):
+    """The policy distribution on the actor head's output: categorical logits, or a Gaussian's
+    mean with a state-independent log-std parameter of `module` (initialised at `log_std_init`)."""
+    if discrete:
+        return Categorical(logits=head)
+    init = nn.initializers.constant(log_std_init)
+    return DiagGaussian(mean=head, log_std=module.param("log_std", init, (head.shape[-1],), jnp.float32))
+
+
 class ActorCritic(nn.Module):
     """obs [..., obs_dim] -> (policy distribution over actions [...], value [...]).
 
@@ -107,22 +124,12 @@ class ActorCritic(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
-        hidden_scale = float(np.sqrt(2.0))
         dtype = COMPUTE_DTYPES[self.compute_dtype]
         dense = partial(_dense, cpu_weight_grad=self.cpu_weight_grad, dtype=dtype)
-        x = obs
-        for i, width in enumerate(self.hidden_sizes):
-            x = act(dense(width, hidden_scale, f"actor_{i}")(x))
+        x = _torso(dense, act, self.hidden_sizes, "actor", obs)
         head = dense(self.action_dim, 0.01, "actor_head")(x).astype(jnp.float32)
-        if self.discrete:
-            pi = Categorical(logits=head)
-        else:
-            init = nn.initializers.constant(self.log_std_init)
-            log_std = self.param("log_std", init, (self.action_dim,), jnp.float32)
-            pi = DiagGaussian(mean=head, log_std=log_std)
-        v = obs
-        for i, width in enumerate(self.hidden_sizes):
-            v = act(dense(width, hidden_scale, f"critic_{i}")(v))
+        pi = _policy(self, head, self.discrete, self.log_std_init)
+        v = _torso(dense, act, self.hidden_sizes, "critic", obs)
         value = dense(1, 1.0, "critic_head")(v)[..., 0].astype(jnp.float32)
         return pi, value
 
@@ -157,25 +164,14 @@ class RecurrentActorCritic(nn.Module):
     @nn.compact
     def __call__(self, carry, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
-        hidden_scale = float(np.sqrt(2.0))
         dense = partial(_dense, cpu_weight_grad=False, dtype=jnp.float32)
-        x = act(dense(self.hidden_sizes[0], hidden_scale, "embed")(obs))
+        x = _torso(dense, act, self.hidden_sizes[:1], "embed", obs)
         cells = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
         carry, x = cells[self.cell](self.recurrent_size, kernel_init=orthogonal(1.0),
                                     recurrent_kernel_init=orthogonal(1.0), name="cell")(carry, x)
-        a = x
-        for i, width in enumerate(self.hidden_sizes[1:]):
-            a = act(dense(width, hidden_scale, f"actor_{i}")(a))
-        head = dense(self.action_dim, 0.01, "actor_head")(a)
-        if self.discrete:
-            pi = Categorical(logits=head)
-        else:
-            init = nn.initializers.constant(self.log_std_init)
-            log_std = self.param("log_std", init, (self.action_dim,), jnp.float32)
-            pi = DiagGaussian(mean=head, log_std=log_std)
-        v = x
-        for i, width in enumerate(self.hidden_sizes[1:]):
-            v = act(dense(width, hidden_scale, f"critic_{i}")(v))
+        a = _torso(dense, act, self.hidden_sizes[1:], "actor", x)
+        pi = _policy(self, dense(self.action_dim, 0.01, "actor_head")(a), self.discrete, self.log_std_init)
+        v = _torso(dense, act, self.hidden_sizes[1:], "critic", x)
         return carry, (pi, dense(1, 1.0, "critic_head")(v)[..., 0])
 
 
