@@ -189,9 +189,9 @@ class Trainer:
         self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
                                      obs_shape=obs_shape, obs_example=jax.ShapeDtypeStruct(flat, jnp.float32),
                                      cpu_weight_grad=tuning.cpu_weight_grad)
+        self.recurrent = isinstance(self.network, RecurrentActorCritic)
         # A user's network may share its torso between actor and critic: its values always come
         # from the rollout's own calls.
-        self.recurrent = isinstance(self.network, RecurrentActorCritic)
         self.values_after_loop = tuning.values_after_loop and isinstance(self.network, ActorCritic)
 
     # ----------------------------------------------------------------------------------- pieces
