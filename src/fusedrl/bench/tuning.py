@@ -22,14 +22,15 @@ import time
 #: The choices and the value that turns each on.
 CHOICES = {"rollout_unroll": 2, "values_after_loop": True, "shuffle_ahead": True, "cpu_weight_grad": True}
 
-#: Steps per rollout for each env count: PureJaxRL's 128 at 4 envs, shorter rollouts for more envs.
-STEPS = {4: 128, 16: 64, 64: 32, 256: 16, 512: 16, 1024: 16, 2048: 16}
+#: Steps per rollout for each env count: PureJaxRL's 128 at 4 envs, shorter rollouts for more envs
+#: (so that 64 agents of 2048 envs stay at half a million transitions per update).
+STEPS = {4: 128, 16: 64, 64: 32, 256: 16, 512: 8, 1024: 8, 2048: 4}
 
 
 def _config(num_envs: int, updates: int):
     from fusedrl import PPOConfig
 
-    steps = STEPS.get(num_envs, 16)
+    steps = STEPS.get(num_envs, 4)
     return PPOConfig(env_id="CartPole-v1", num_envs=num_envs, num_steps=steps,
                      total_timesteps=num_envs * steps * updates)
 
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     for choice in args.choices:
         for num_envs in args.envs:
             for agents in args.agents:
-                batch = num_envs * STEPS.get(num_envs, 16)
+                batch = num_envs * STEPS.get(num_envs, 4)
                 updates = max(1, min(128, args.transitions // (batch * agents)))
                 row = measure(choice, agents, num_envs, updates, args.rounds)
                 print(f"{choice:<18} {agents:>6} {num_envs:>6} {row['num_steps']:>5} {row['updates']:>4} "
