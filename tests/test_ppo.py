@@ -442,13 +442,6 @@ def test_large_batch_shuffle_path_trains_the_same_agent(small):
     _assert_same_metrics(other, result)
 
 
-def test_unrolled_rollout_trains_the_same_agent(small):
-    """Rollouts of few envs unroll their step loop on CPU (speed only): same agent as the rolled loop."""
-    _, train, _, result = small
-    assert train.tuning.rollout_unroll > 1
-    _assert_same_metrics(_retrain_with(small, rollout_unroll=1), result)
-
-
 def test_every_speed_choice_off_trains_the_same_agent(small):
     """`Tuning()` (every speed choice off: the program an accelerator runs today) trains the agent
     the resolved CPU choices train, up to float rounding."""
@@ -462,13 +455,13 @@ def test_tuning_depends_on_the_backend_and_sizes_only():
     assert resolve_tuning("gpu", num_envs=4, batch_size=512) == Tuning()
     assert resolve_tuning("tpu", num_envs=2048, batch_size=32768) == Tuning()
     cpu = resolve_tuning("cpu", num_envs=4, batch_size=512)
-    assert cpu.rollout_unroll == 2 and cpu.values_after_loop and not cpu.shuffle_ahead and cpu.cpu_weight_grad
+    assert cpu.values_after_loop and not cpu.shuffle_ahead and cpu.cpu_weight_grad
     wide = resolve_tuning("cpu", num_envs=2048, batch_size=32768)
-    assert wide.rollout_unroll == 1 and not wide.values_after_loop and wide.shuffle_ahead
+    assert not wide.values_after_loop and wide.shuffle_ahead
     with pytest.raises(TypeError, match="tuning must be a fusedrl.train.tuning.Tuning"):
-        make_train(PPOConfig(**SMALL), tuning={"rollout_unroll": 2})
-    with pytest.raises(ValueError, match="rollout_unroll must be an int >= 1"):
-        Tuning(rollout_unroll=0)
+        make_train(PPOConfig(**SMALL), tuning={"shuffle_ahead": True})
+    with pytest.raises(TypeError, match="shuffle_ahead must be True or False"):
+        Tuning(shuffle_ahead=1)
 
 
 def test_eager_evaluate_compiles_one_program_once(small, caplog):

@@ -87,7 +87,7 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
     k_noise, k_env = jax.random.split(key)
     draws = venv.rollout_draws(k_env, env_params, num_steps, max_bytes=tuning.predraw_max_bytes)
     (env_state, obs, policy_state), traj = jax.lax.scan(
-        step, (env_state, obs, policy_state), (noise(k_noise, num_steps), draws), unroll=tuning.rollout_unroll
+        step, (env_state, obs, policy_state), (noise(k_noise, num_steps), draws)
     )
     if values_after_loop:
         traj = traj._replace(value=values_after_loop(params, traj.obs))

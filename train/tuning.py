@@ -22,7 +22,6 @@ class Tuning:
     """How the fused trainer computes one update (see the module docstring).
 
     Fields:
-      rollout_unroll: `lax.scan` unroll of the rollout's step loop (1: rolled).
       values_after_loop: compute V(obs) of the rollout in one batched call after the step loop
         instead of at each step (only with the built-in actor-critic, whose critic has its own
         torso: a user's network may share it with the actor, which the call would run twice).
@@ -35,15 +34,12 @@ class Tuning:
         not a speed trick but a memory bound: above it envs reset from their per-env pool.
     """
 
-    rollout_unroll: int = 1
     values_after_loop: bool = False
     shuffle_ahead: bool = False
     cpu_weight_grad: bool = False
     predraw_max_bytes: int = 256 * 2**20
 
     def __post_init__(self):
-        if not isinstance(self.rollout_unroll, int) or self.rollout_unroll < 1:
-            raise ValueError(f"Tuning.rollout_unroll must be an int >= 1, got {self.rollout_unroll!r}.")
         for name in ("values_after_loop", "shuffle_ahead", "cpu_weight_grad"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Tuning.{name} must be True or False, got {getattr(self, name)!r}.")
@@ -57,7 +53,6 @@ def resolve_tuning(backend: str, *, num_envs: int, batch_size: int) -> Tuning:
     if backend != "cpu":
         return Tuning()
     return Tuning(
-        rollout_unroll=2 if num_envs <= 64 else 1,
         values_after_loop=num_envs <= 256,
         shuffle_ahead=batch_size > 4096,
         cpu_weight_grad=True,

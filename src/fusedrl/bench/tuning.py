@@ -8,7 +8,7 @@ ratio. A choice belongs in `resolve_tuning` for a backend only where it pays in 
 size range, on every supported jax version.
 
     python -m fusedrl.bench tuning                       # the whole grid, every choice
-    python -m fusedrl.bench tuning --choices rollout_unroll --agents 1 8 --envs 4 64
+    python -m fusedrl.bench tuning --choices shuffle_ahead --agents 1 8 --envs 4 64
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import statistics
 import time
 
 #: The choices and the value that turns each on.
-CHOICES = {"rollout_unroll": 2, "values_after_loop": True, "shuffle_ahead": True, "cpu_weight_grad": True}
+CHOICES = {"values_after_loop": True, "shuffle_ahead": True, "cpu_weight_grad": True}
 
 #: Steps per rollout for each env count: PureJaxRL's 128 at 4 envs, shorter rollouts for more envs
 #: (so that 64 agents of 2048 envs stay at half a million transitions per update).
