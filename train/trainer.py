@@ -155,11 +155,15 @@ class Trainer:
         parameters and normaliser statistics stay identical on every shard. None: a plain agent.
       tuning: the speed choices (`fusedrl.train.tuning.Tuning`); default: `resolve_tuning` for the
         platform (`fusedrl.platform.choices_platform`) and this config's sizes.
+      normalize_adv: standardise advantages per minibatch; default: the config's (False for a
+        config without the field). `fusedrl.data_parallel_train` sets it for a shard whose own
+        minibatch is one transition, normalised with the statistics of all shards' minibatches.
     """
 
     def __init__(self, config, algorithm: Algorithm, *,
                  callback: Callable[[dict[str, Any]], None] | None = None, callback_every: int = 1,
-                 axis_name: str | None = None, tuning: Tuning | None = None):
+                 axis_name: str | None = None, tuning: Tuning | None = None,
+                 normalize_adv: bool | None = None):
         check_callback(callback, callback_every)
         if tuning is not None and not isinstance(tuning, Tuning):
             raise TypeError(f"tuning must be a fusedrl.train.tuning.Tuning (or None), got "
@@ -169,6 +173,9 @@ class Trainer:
         self.callback = callback
         self.callback_every = int(callback_every)
         self.axis_name = axis_name
+        if normalize_adv is None:
+            normalize_adv = getattr(config, "normalize_adv", False)
+        self.normalize_adv = normalize_adv
         self.env, self.env_params = make(config.env_id, **config.env_params)
         _check_observation_space(config.env_id, self.env, self.env_params)
         act_space = self.env.action_space(self.env_params)
@@ -353,7 +360,7 @@ class Trainer:
         """The update's optimiser steps on a flat batch [B, ...]: (params, opt_state, loss statistics'
         means, steps taken); see `fusedrl.train.update.minibatch_epochs`."""
         c, algo = self.config, self.algorithm
-        normalize_adv = getattr(c, "normalize_adv", False)
+        normalize_adv = self.normalize_adv
         across = self.axis_name if normalize_adv and self.axis_name is not None else None
         apply_fn = self.sequence_apply if self.recurrent else self.network.apply
         loss_fn = algo.loss(c, apply_fn, hparams, normalize_adv and across is None)

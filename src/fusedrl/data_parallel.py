@@ -80,7 +80,9 @@ def data_parallel_train(
             f"each shard steps num_envs // num_shards envs."
         )
     local = shard_config(config, num_shards)
-    train = make_train(local, axis_name=DATA_AXIS)
+    # The shard's config may have been validated with normalize_adv=False (see `shard_config`):
+    # the trainer normalises as the agent's config says, over the global minibatch.
+    train = make_train(local, axis_name=DATA_AXIS, normalize_adv=config.normalize_adv)
 
     def shard(key, hparams):
         return train(key, hparams)
@@ -126,8 +128,8 @@ def shard_config(config: PPOConfig, num_shards: int) -> PPOConfig:
     One rule of `PPOConfig` does not hold for a shard: under `normalize_adv` it refuses minibatches
     of one transition (their advantages would all normalise to 0), but a shard normalises its
     minibatch with the statistics of the agent's, all shards' together, whose size `config` has
-    passed that check with. PPOConfig has no way to say so, so for that one case the shard's config
-    is validated with normalize_adv=False and then given the agent's normalize_adv.
+    passed that check with. For that one case the shard's config has normalize_adv=False, and the
+    caller passes the agent's `normalize_adv` to `make_train` (the trainer's `normalize_adv`).
     """
     local_envs = config.num_envs // num_shards
     changes = dict(num_envs=local_envs, total_timesteps=config.num_updates * local_envs * config.num_steps)
@@ -138,11 +140,9 @@ def shard_config(config: PPOConfig, num_shards: int) -> PPOConfig:
         if not (config.normalize_adv and local_minibatch == 1):
             raise ValueError(f"per-shard config of a {num_shards}-way data-parallel run: {e}") from None
     try:
-        local = config.replace(**changes, normalize_adv=False)
+        return config.replace(**changes, normalize_adv=False)
     except ValueError as e:
         raise ValueError(f"per-shard config of a {num_shards}-way data-parallel run: {e}") from None
-    object.__setattr__(local, "normalize_adv", True)  # the one rule above, checked on `config`
-    return local
 
 
 def _combine(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
