@@ -937,6 +937,7 @@ def test_gpu_bench_smoke_prints_a_row_and_a_json_line_per_measurement():
     assert one["env_steps"] == 8 * 16 * 4 and many["env_steps"] == 3 * 8 * 16 * 4
     for r in rows:
         assert r["bench"] == "gpu" and r["impl"] == "fusedrl" and r["smoke"] is True and r["jax"]
+        assert r["device"].split(":")[0] in ("cpu", "gpu", "cuda", "tpu") and r["device_count"] >= 1
         assert r["steps_per_s"] == pytest.approx(r["env_steps"] / r["run_s"])
         assert r["peak_bytes"] is None  # XLA:CPU keeps no memory statistics: the table says n/a
     for r in (one, many):

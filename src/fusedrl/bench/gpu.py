@@ -19,7 +19,8 @@ Each row reports the device's peak memory (`device.memory_stats()["peak_bytes_in
 where the platform keeps no such statistics, as XLA:CPU). Every group of rows runs in a fresh
 process, so its peak is its own: the training rows of one env run in one process, smallest first
 (a short probe run, then one agent, then the vmapped agents), and so do the env-stepping sizes,
-in increasing order; each row's peak is the process's peak after it. Memory must not grow with
+in increasing order; each row's peak is the process's peak after it. The parent process starts
+no jax backend (on a GPU it would preallocate most of the memory away from the workers). Memory must not grow with
 `total_timesteps`: the probe trains the one-agent config for `PROBE_UPDATES` updates, the row
 for all of them, and the `flat` check compares the two peaks (allowing the per-update metrics,
 which are [num_updates] by design, plus `FLAT_SLACK_BYTES`). For contrast the row gives what
@@ -291,6 +292,19 @@ def run_group(kind: str, env: str, rows: list[str], smoke: bool, timeout: float)
             yield {"row": name, "error": f"{why}: {err}"}
 
 
+def device_info() -> dict[str, Any]:
+    """The device the rows run on, asked of a child process: this process never starts a backend,
+    because on a GPU that would preallocate most of its memory (XLA_PYTHON_CLIENT_MEM_FRACTION)
+    away from the workers."""
+    code = ("import json, jax; d = jax.devices()[0]; print(json.dumps({'device': f'{d.platform}:"
+            "{d.device_kind}', 'device_count': jax.device_count()}))")
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    if out.returncode:
+        return {"device": f"unknown (jax failed to start: {out.stderr.strip()[-300:]})", "device_count": 0}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run_purejaxrl(env: str, agents: int, smoke: bool, args) -> dict[str, Any]:
     """PureJaxRL's `make_train` at our row's config, in a fresh peer process (`run_peer`)."""
     from fusedrl.bench.ppo import run_peer
@@ -386,9 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.timeout <= 0 or args.peer_timeout <= 0:
         p.error("--timeout and --peer-timeout must be > 0 seconds")
 
-    device = jax.devices()[0]
-    info = {"bench": "gpu", "jax": jax.__version__, "device": f"{device.platform}:{device.device_kind}",
-            "device_count": jax.device_count(), "smoke": args.smoke,
+    info = {"bench": "gpu", "jax": jax.__version__, **device_info(), "smoke": args.smoke,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     print(f"fusedrl.bench gpu: jax {info['jax']}, device {info['device']} x{info['device_count']}, "
           f"{info['date']}{' (smoke: tiny sizes, not a measurement)' if args.smoke else ''}", flush=True)
@@ -453,8 +465,8 @@ def summarize(results: list[dict[str, Any]]) -> list[str]:
         if name in theirs:
             t = theirs[name]
             lines.append(f"{name}: fusedrl/PureJaxRL steps/s {r['steps_per_s'] / t['steps_per_s']:.2f}x, "
-                         f"wall {t['wall_s'] / r['wall_s']:.2f}x shorter, peak memory "
-                         f"{_mib(r['peak_bytes'])} vs {_mib(t['peak_bytes'])} MiB")
+                         f"PureJaxRL/fusedrl wall time {t['wall_s'] / r['wall_s']:.2f}x, peak memory "
+                         f"{_mib(r['peak_bytes'])} MiB vs {_mib(t['peak_bytes'])} MiB")
     envs = [r for r in results if r["row"].startswith("envs-") and "error" not in r]
     for name, r in ours.items():
         limit = max((e["steps_per_s"] for e in envs if e["env_id"] == r["env_id"]), default=None)
