@@ -20,11 +20,12 @@ where the platform keeps no such statistics, as XLA:CPU). Every group of rows ru
 process, so its peak is its own: the training rows of one env run in one process, smallest first
 (a short probe run, then one agent, then the vmapped agents), and so do the env-stepping sizes,
 in increasing order; each row's peak is the process's peak after it. The parent process starts
-no jax backend (on a GPU it would preallocate most of the memory away from the workers). Memory must not grow with
-`total_timesteps`: the probe trains the one-agent config for `PROBE_UPDATES` updates, the row
-for all of them, and the `flat` check compares the two peaks (allowing the per-update metrics,
-which are [num_updates] by design, plus `FLAT_SLACK_BYTES`). For contrast the row gives what
-per-step histories of the same run would take (`per_step_history_bytes`).
+no jax backend (on a GPU it would preallocate most of the memory away from the workers).
+Memory must not grow with `total_timesteps`: the probe trains the one-agent config for
+`PROBE_UPDATES` updates, the row for all of them, and the `flat` check compares the two peaks
+(allowing the per-update metrics, which are [num_updates] by design, plus `FLAT_SLACK_BYTES`).
+For contrast the row gives what per-step histories of the same run would take
+(`per_step_history_bytes`).
 
 PureJaxRL's MinAtar config (its examples/brax_minatar.ipynb, "PPO Gymnax MinAtar"): 64 envs x
 128 steps, 4 epochs x 8 minibatches, lr 5e-3 annealed, gamma 0.99, GAE 0.95, clip 0.2, entropy
@@ -194,7 +195,8 @@ def stepping_rows(env: str, sizes: Sequence[int], scan_steps: int, min_time: flo
     """Env steps/s of `fusedrl.envs.VecEnv` at each size (increasing), random actions.
 
     Each call runs `chunks` scans of `scan_steps` steps (`chunks` a traced argument, so growing it
-    until a call lasts `min_time` does not recompile); each scan draws its actions in one call."""
+    until a call lasts `min_time` does not recompile); each scan draws its actions in one call, and
+    each call resets the envs once before its `chunks x scan_steps` steps."""
     import fusedrl
     from fusedrl.envs import VecEnv
 
