@@ -915,3 +915,126 @@ def test_cpu_model_names_the_processor_and_its_widest_simd_extension():
     arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes\nCPU part\t: 0xd0c\nModel\t: Neoverse\n"
     assert cpu_model_from(arm) == "Neoverse, asimd"
     assert isinstance(cpu_model(), str) and cpu_model()
+
+
+# ---- python -m fusedrl.bench gpu ------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_gpu_bench_smoke_prints_a_row_and_a_json_line_per_measurement():
+    # The training group (probe, one agent, vmapped agents) and the env-stepping group, each in
+    # its worker process, as on a GPU; CartPole only, to keep the compiles few.
+    proc = subprocess.run(
+        [sys.executable, "-m", "fusedrl.bench", "gpu", "--smoke",
+         "--rows", "cartpole-1,cartpole-3,envs-cartpole"],
+        capture_output=True, text=True, timeout=800,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    rows = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["row"] for r in rows] == ["cartpole-1", "cartpole-3"] + ["envs-cartpole"] * 3
+    one, many = rows[:2]
+    assert one["agents"] == 1 and many["agents"] == 3
+    assert one["env_steps"] == 8 * 16 * 4 and many["env_steps"] == 3 * 8 * 16 * 4
+    for r in rows:
+        assert r["bench"] == "gpu" and r["impl"] == "fusedrl" and r["smoke"] is True and r["jax"]
+        assert r["device"].split(":")[0] in ("cpu", "gpu", "cuda", "tpu") and r["device_count"] >= 1
+        assert r["steps_per_s"] == pytest.approx(r["env_steps"] / r["run_s"])
+        assert r["peak_bytes"] is None  # XLA:CPU keeps no memory statistics: the table says n/a
+    for r in (one, many):
+        assert r["wall_s"] == pytest.approx(r["compile_s"] + r["run_s"]) and math.isfinite(r["final_return"])
+    assert one["probe_total_timesteps"] == 2 * 8 * 16 and one["flat"] is None
+    assert [r["num_envs"] for r in rows[2:]] == [16, 64, 256]
+    assert all(r["env_steps"] % (r["num_envs"] * 10) == 0 for r in rows[2:])
+    table = [line.split() for line in lines if line.split()[:1] in (["cartpole-1"], ["envs-cartpole"])]
+    assert table[0][:3] == ["cartpole-1", "fusedrl", "1"] and table[0][-1] == "n/a"
+    assert "memory in total_timesteps, cartpole-1: n/a" in proc.stdout
+    assert "cartpole-3: training at" in proc.stdout  # against the env's own stepping rate
+
+
+def test_gpu_bench_configs_are_purejaxrls():
+    import fusedrl
+    from fusedrl.bench import gpu
+
+    upper = {"LR": "lr", "NUM_ENVS": "num_envs", "NUM_STEPS": "num_steps",
+             "TOTAL_TIMESTEPS": "total_timesteps", "UPDATE_EPOCHS": "update_epochs",
+             "NUM_MINIBATCHES": "num_minibatches", "GAMMA": "gamma", "GAE_LAMBDA": "gae_lambda",
+             "CLIP_EPS": "clip_eps", "ENT_COEF": "ent_coef", "VF_COEF": "vf_coef",
+             "MAX_GRAD_NORM": "max_grad_norm", "ACTIVATION": "activation", "ANNEAL_LR": "anneal_lr"}
+    for env, theirs in (("breakout", gpu.PUREJAXRL_MINATAR), ("cartpole", gpu.PUREJAXRL_CARTPOLE)):
+        for smoke in (False, True):
+            ours = gpu.ppo_config(env, smoke)
+            pjx = gpu.purejaxrl_config(env, smoke)
+            assert {f: getattr(ours, f) for f in upper.values()} == {upper[k]: pjx[k] for k in upper}
+            assert ours.hidden_sizes == (64, 64)  # PureJaxRL's ActorCritic: 2x64 actor and critic
+            assert ours.env_id.removeprefix("gymnax:") == pjx["ENV_NAME"] == theirs["ENV_NAME"]
+            assert ours.normalize_obs is False and ours.clip_value_loss and ours.normalize_adv
+    # examples/brax_minatar.ipynb's MinAtar PPO; purejaxrl/ppo.py's CartPole (our preset).
+    minatar = gpu.PUREJAXRL_MINATAR
+    assert (minatar["LR"], minatar["NUM_ENVS"], minatar["NUM_STEPS"], minatar["NUM_MINIBATCHES"],
+            minatar["TOTAL_TIMESTEPS"]) == (5e-3, 64, 128, 8, 1e7)
+    assert gpu.ppo_config("cartpole", False) == fusedrl.preset("CartPole-v1")
+    assert gpu.row_names(gpu.FULL) == ["breakout-1", "breakout-256", "cartpole-1", "cartpole-2048",
+                                       "envs-breakout", "envs-cartpole"]
+    assert gpu.FULL["env_sizes"] == (4096, 65536, 262144)
+
+
+def test_gpu_bench_flat_check_allows_the_per_update_metrics_and_nothing_more():
+    from fusedrl.bench import gpu
+
+    probe = {"total_timesteps": 100, "peak_bytes": 10 << 20}
+    row = {"env_steps": 1000, "metric_bytes": 4000, "peak_bytes": (10 << 20) + 4000 + gpu.FLAT_SLACK_BYTES}
+    assert gpu.flat_check(probe, row)["flat"] is True
+    assert gpu.flat_check(probe, {**row, "peak_bytes": row["peak_bytes"] + 1})["flat"] is False
+    out = gpu.flat_check(probe, {**row, "peak_bytes": None})
+    assert out["flat"] is None and out["per_step_history_bytes"] == 4000
+
+
+def test_gpu_bench_reports_a_group_that_outlives_its_timeout_as_error_rows():
+    from fusedrl.bench import gpu
+
+    rows = list(gpu.run_group("train", "cartpole", ["cartpole-1", "cartpole-3"], True, timeout=0.5))
+    assert [r["row"] for r in rows] == ["cartpole-1", "cartpole-3"]
+    assert all("killed after 0 s" in r["error"] for r in rows)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["--rows", "breakout-7"], "unknown or no row"),
+    (["--purejaxrl-rows", "breakout-1"], "needs --purejaxrl-src"),
+    (["--purejaxrl-src", "/nonexistent"], "no purejaxrl/ppo.py"),
+    (["--purejaxrl-src", ".", "--purejaxrl-rows", "envs-cartpole"], "unknown or no row"),
+])
+def test_gpu_bench_rejects_bad_arguments_before_running_anything(bad, message, capsys, tmp_path, monkeypatch):
+    from fusedrl.bench import gpu
+
+    (tmp_path / "purejaxrl").mkdir()
+    (tmp_path / "purejaxrl" / "ppo.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        gpu.main(bad)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_purejaxrl_gpu_peer_trains_the_given_config_and_counts_every_seed(tmp_path):
+    # A stand-in for PureJaxRL's make_train (metrics [updates, steps, envs]) that checks the config.
+    from fusedrl.bench import gpu
+    from fusedrl.bench.ppo import run_peer
+
+    (tmp_path / "purejaxrl").mkdir()
+    (tmp_path / "purejaxrl" / "ppo.py").write_text(
+        "import jax.numpy as jnp\n\n"
+        "def make_train(config):\n"
+        "    assert config['ENV_NAME'] == 'Breakout-MinAtar' and config['LR'] == 5e-3, config\n"
+        "    assert (config['NUM_ENVS'], config['NUM_STEPS'], config['TOTAL_TIMESTEPS']) == (4, 8, 100)\n"
+        "    def train(key):\n"
+        "        shape = (3, config['NUM_STEPS'], config['NUM_ENVS'])\n"
+        "        done = jnp.zeros(shape, bool).at[-1, :, 0].set(True)\n"
+        "        rets = jnp.full(shape, 7.0).at[-1, :, 1].set(1000.0)\n"
+        "        return {'metrics': {'returned_episode': done, 'returned_episode_returns': rets}}\n"
+        "    return train\n"
+    )
+    config = json.dumps(gpu.purejaxrl_config("breakout", smoke=False))
+    row = run_peer(sys.executable, gpu.PEER_RUNNER, 2, 4, 8, 100,
+                   env={"PUREJAXRL_SRC": str(tmp_path), "FUSEDRL_PUREJAXRL_CONFIG": config})
+    assert row["sps"] * row["train_s"] == pytest.approx(2 * 3 * 4 * 8)  # 2 seeds x 3 updates of 32
+    assert row["ret"] == 7.0 and row["peak_bytes"] is None and row["hangs"] == 0

@@ -1,0 +1,50 @@
+"""Runs PureJaxRL's PPO (`purejaxrl/ppo.py`) at a given config; prints one JSON line.
+
+    PYTHON _purejaxrl_gpu_peer.py SEEDS NUM_ENVS NUM_STEPS TOTAL
+        (with PUREJAXRL_SRC and FUSEDRL_PUREJAXRL_CONFIG set)
+
+`python -m fusedrl.bench gpu` runs it (through `fusedrl.bench.ppo.run_peer`) for its MinAtar and
+CartPole rows. `FUSEDRL_PUREJAXRL_CONFIG` is PureJaxRL's config dict as JSON (its upper-case keys);
+the arguments override its NUM_ENVS, NUM_STEPS and TOTAL_TIMESTEPS, and SEEDS agents train as its
+README does, `jax.jit(jax.vmap(make_train(config)))(keys)`, timed with the helper that times ours
+(`_timing.compile_then_run`: compile apart, then one execution). It also reports the device's
+peak memory (None where the platform keeps no statistics). Like `_purejaxrl_peer.py` (which
+describes the `PUREJAXRL_SRC` folder), it runs in an interpreter with PureJaxRL's dependencies
+(gymnax 0.0.x, distrax), never fusedrl's.
+"""
+
+import json
+import os
+import sys
+
+
+def main() -> None:
+    src = os.environ.get("PUREJAXRL_SRC")
+    if not src or not os.path.isfile(os.path.join(src, "purejaxrl", "ppo.py")):
+        sys.exit(f"PUREJAXRL_SRC must name a folder with purejaxrl/ppo.py in it, got {src!r}.")
+    try:
+        config = json.loads(os.environ["FUSEDRL_PUREJAXRL_CONFIG"])
+    except (KeyError, ValueError) as e:
+        sys.exit(f"FUSEDRL_PUREJAXRL_CONFIG must hold PureJaxRL's config dict as JSON: {e}")
+    sys.path.insert(0, src)
+    import jax
+    import numpy as np
+    from _timing import compile_then_run  # beside this file (the peers' interpreter has no fusedrl)
+    from purejaxrl.ppo import make_train
+
+    seeds, envs, steps, total = (int(float(x)) for x in sys.argv[1:5])
+    config.update(NUM_ENVS=envs, NUM_STEPS=steps, TOTAL_TIMESTEPS=total)
+    keys = jax.random.split(jax.random.PRNGKey(0), seeds)
+    out, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(make_train(config))), keys)
+    n = (total // (envs * steps)) * envs * steps * seeds
+    info = out["metrics"]  # each [seeds, updates, steps, envs]
+    done = np.asarray(info["returned_episode"])[:, -1]
+    rets = np.asarray(info["returned_episode_returns"])[:, -1]
+    ret = float(rets[done].mean()) if done.any() else float("nan")
+    stats = jax.devices()[0].memory_stats() or {}
+    print(json.dumps({"impl": "purejaxrl", "compile_s": compile_s, "train_s": train_s, "sps": n / train_s,
+                      "ret": ret, "peak_bytes": stats.get("peak_bytes_in_use")}))
+
+
+if __name__ == "__main__":
+    main()
