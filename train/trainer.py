@@ -114,7 +114,8 @@ class Algorithm(NamedTuple):
     """The parts that make an on-policy algorithm; `Trainer` supplies everything else.
 
     targets: `targets(traj, v_next, hparams) -> (advantage, target)`, each [T, N], from the [T, N]
-      rollout `traj` and V of its next observations `v_next` [T, N] (before any auto-reset).
+      rollout `traj` and V of its next observations `v_next` [T, N] (before any auto-reset); or
+      `(advantage, target, weight)`, with each transition's weight in the loss [T, N] (`Batch.weight`).
     loss: `loss(config, apply_fn, hparams, normalize_adv) -> loss_fn`, where
       `loss_fn(params, batch=Batch) -> (scalar loss, LossStats)`.
     optimizer: `optimizer(config, hparams) -> optax.GradientTransformation`.
@@ -280,7 +281,7 @@ class Trainer:
         return batched_values(self.network.apply, params, obs)
 
     def advantages(self, params, traj: Transition, hparams: Hyperparams):
-        """The algorithm's (advantages, targets), each [T, N], of a [T, N] rollout."""
+        """The algorithm's (advantages, targets[, weights]), each [T, N], of a [T, N] rollout."""
         return self.algorithm.targets(traj, self.values(params, traj.next_obs), hparams)
 
     def learn(self, params, opt_state, batch: Batch, hparams: Hyperparams, key: jax.Array):
@@ -309,14 +310,15 @@ class Trainer:
         Returns (state with new params/opt_state/key/update counter, metrics dict of scalars).
         """
         key, k_learn = jax.random.split(state.key)
-        adv, targets = self.advantages(state.params, traj, hparams)
+        adv, targets, *weight = self.advantages(state.params, traj, hparams)
         num_steps, num_envs = traj.reward.shape
 
         def flat(x):
             return x.reshape((num_steps * num_envs,) + x.shape[2:])
 
         batch = Batch(obs=flat(traj.obs), action=flat(traj.action), log_prob=flat(traj.log_prob),
-                      value=flat(traj.value), advantage=flat(adv), target=flat(targets))
+                      value=flat(traj.value), advantage=flat(adv), target=flat(targets),
+                      weight=flat(weight[0]) if weight else None)
         params, opt_state, stats, steps = self.learn(state.params, state.opt_state, batch, hparams, k_learn)
         ret, length, n_done = _episode_statistics(traj, state.last_return, state.last_length)
         update = state.update + 1

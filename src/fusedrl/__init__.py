@@ -16,8 +16,10 @@ from fusedrl.sweep import SweepResult, data_parallel_train, sweep
 from fusedrl.train import (
     PRESETS,
     TRACED_FIELDS,
+    A2CConfig,
     Hyperparams,
     PPOConfig,
+    ReinforceConfig,
     RunnerState,
     TrainResult,
     make_train,
@@ -27,11 +29,13 @@ from fusedrl.train import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "A2CConfig",
     "PRESETS",
     "TRACED_FIELDS",
     "Hyperparams",
     "PPOConfig",
     "Policy",
+    "ReinforceConfig",
     "RunnerState",
     "SweepResult",
     "TrainResult",
