@@ -174,6 +174,23 @@ def test_trains_with_the_weighted_batch(small):
     assert np.all(np.isfinite(np.asarray(m["policy_loss"]))) and np.any(np.asarray(m["value_loss"]) > 0)
 
 
+def test_a_rollout_without_episode_ends_leaves_the_parameters_alone(small):
+    # No step has a return, so every weight is 0: the loss, its entropy term included, is 0 and
+    # Adam's step is 0. (Unweighted, the entropy bonus alone would move the policy.)
+    config, train, _, _ = small
+    hp = config.hparams().replace(ent_coef=jnp.float32(0.01))
+
+    @jax.jit
+    def one_update(key):
+        state = train.init(key, hp)
+        state, traj = train.rollout(state, hp, train.make_env(hp), key)
+        traj = traj._replace(done=jnp.zeros_like(traj.done), terminated=jnp.zeros_like(traj.terminated))
+        return state, train.learn_from_rollout(state, traj, hp)[0]
+
+    before, after = one_update(jax.random.key(0))
+    chex.assert_trees_all_equal(after.params, before.params)
+
+
 def test_same_key_bit_identical_and_no_host_transfers(small):
     config, _, jitted, result = small
     again = jax.jit(make_train(config))(jax.random.key(0))  # a fresh compile too

@@ -124,7 +124,7 @@ def policy_gradient_loss(
     adv = batch.advantage if baseline else batch.advantage + batch.value
     if normalize_adv:
         adv = standardize(adv, w)
-    pg_loss = -weighted_mean(log_prob * jax.lax.stop_gradient(adv), w)
+    pg_loss = -weighted_mean(log_prob * adv, w)
     v_loss = 0.5 * weighted_mean(jnp.square(value - batch.target), w)
     entropy = weighted_mean(pi.entropy(), w)
     loss = pg_loss - ent_coef * entropy
