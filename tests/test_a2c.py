@@ -255,9 +255,9 @@ def test_config_defaults_roundtrip_and_docstring():
 # ---------------------------------------------------------------------------------- learning
 @pytest.mark.timeout(300)
 def test_a2c_learns_cartpole():
-    # The CartPole-v1 preset, 4 seeds at once; greedy evaluation, 32 episodes per seed. A random
-    # policy scores about 22.
+    # The CartPole-v1 preset on a smaller budget, 4 seeds at once; greedy evaluation, 32 episodes per
+    # seed. A random policy scores about 22.
     config = fusedrl.preset("CartPole-v1", algo="a2c", total_timesteps=100_000)
     out = jax.jit(jax.vmap(make_train(config)))(jax.random.split(jax.random.key(0), 4))
     returns = np.asarray(fusedrl.evaluate(config, out, jax.random.key(1), num_episodes=32)).mean(-1)
-    assert returns.mean() >= 150, returns
+    assert returns.mean() >= 200, returns  # measured 416 (per seed 500, 165, 500, 500)

@@ -286,9 +286,9 @@ def test_config_roundtrip_and_docstring():
 # ---------------------------------------------------------------------------------- learning
 @pytest.mark.timeout(300)
 def test_reinforce_learns_cartpole():
-    # The CartPole-v1 preset, 4 seeds at once; greedy evaluation, 32 episodes per seed. A random
-    # policy scores about 22.
-    config = fusedrl.preset("CartPole-v1", algo="reinforce")
+    # The CartPole-v1 preset on a smaller budget, 4 seeds at once; greedy evaluation, 32 episodes per
+    # seed. A random policy scores about 22.
+    config = fusedrl.preset("CartPole-v1", algo="reinforce", total_timesteps=200_000)
     out = jax.jit(jax.vmap(make_train(config)))(jax.random.split(jax.random.key(0), 4))
     returns = np.asarray(fusedrl.evaluate(config, out, jax.random.key(1), num_episodes=32)).mean(-1)
-    assert returns.mean() >= 150, returns
+    assert returns.mean() >= 300, returns  # measured 478 (per seed 459, 481, 500, 471)
