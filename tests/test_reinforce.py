@@ -274,7 +274,13 @@ def test_config_errors_name_the_field_and_the_fix(kwargs, exc, words):
 def test_config_roundtrip_and_docstring():
     c = ReinforceConfig(env_params={"max_steps_in_episode": 100}, num_steps=100)
     assert ReinforceConfig.from_dict(c.to_dict()) == c
-    assert c.normalize_adv is c.normalize_returns is True and c.baseline and c.optimizer == "adam"
+    assert c.normalize_returns and c.baseline and c.optimizer == "adam"
+    # The loss standardises the returns when the config asks (the trainer's normalize_adv is PPO's
+    # and A2C's field: False here), and trains the baseline only with `baseline`.
+    for normalize, baseline in [(True, True), (False, False)]:
+        cfg = c.replace(normalize_returns=normalize, baseline=baseline)
+        loss_fn = REINFORCE_ALGORITHM.loss(cfg, _apply, cfg.hparams(), False)
+        assert (loss_fn.keywords["normalize_adv"], loss_fn.keywords["baseline"]) == (normalize, baseline)
     assert c.hparams().names == ("lr", "gamma", "ent_coef", "vf_coef", "max_grad_norm")
     doc = ReinforceConfig.__doc__
     described = re.findall(r"^      (\w+(?:, \w+)*):", doc.split("Fields:")[1], re.MULTILINE)

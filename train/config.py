@@ -556,11 +556,6 @@ class ReinforceConfig(OnPolicyConfig):
         "normalize_adv": "REINFORCE's is normalize_returns",
     }
 
-    @property
-    def normalize_adv(self) -> bool:
-        """The trainer's name for `normalize_returns` (advantages are standardised per batch)."""
-        return self.normalize_returns
-
     def _check_structure(self) -> None:
         _check_optimizer(self)
 

@@ -19,9 +19,13 @@ from fusedrl.train.trainer import Algorithm
 
 
 def _reinforce_loss(config: ReinforceConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool):
+    # `normalize_adv` is the trainer's flag for PPO's and A2C's field (False here: the config has no
+    # such field). The loss standardises the returns itself, weighted, with `normalize_returns`; under
+    # data parallelism (`axis_name`) with each shard's statistics.
+    del normalize_adv
     return partial(policy_gradient_loss, apply_fn=apply_fn, vf_coef=hparams.vf_coef,
-                   ent_coef=hparams.ent_coef,
-                   normalize_adv=normalize_adv, baseline=config.baseline)
+                   ent_coef=hparams.ent_coef, normalize_adv=config.normalize_returns,
+                   baseline=config.baseline)
 
 
 #: REINFORCE's parts over the shared skeleton.

@@ -34,8 +34,7 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
       axis_name: data parallelism: the mapped axis over which shards of one agent run; gradients
         (and the early-stop KL) are averaged over it, so every shard takes the same step.
       normalize_adv_across: with `axis_name`, standardise `batch.advantage` per minibatch with the
-        statistics of the global minibatch (all shards'; weighted by `batch.weight` where the batch
-        has weights); the loss must then not standardise again.
+        statistics of the global minibatch (all shards'); the loss must then not standardise again.
       shuffle_ahead: `Tuning.shuffle_ahead` (same permutations, drawn one epoch ahead).
 
     Returns:
@@ -48,13 +47,7 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
 
     def minibatch_step(carry, mb):
         params, opt_state = carry[:2]
-        if normalize_adv_across is not None and getattr(mb, "weight", None) is not None:
-            # Weighted (Batch.weight): the global sums of weight * advantage and of the weights.
-            total = jnp.maximum(jax.lax.psum(mb.weight.sum(), normalize_adv_across), 1e-8)
-            mean = jax.lax.psum(jnp.sum(mb.weight * mb.advantage), normalize_adv_across) / total
-            var = jax.lax.psum(jnp.sum(mb.weight * (mb.advantage - mean) ** 2), normalize_adv_across) / total
-            mb = mb._replace(advantage=(mb.advantage - mean) / (jnp.sqrt(var) + 1e-8))
-        elif normalize_adv_across is not None:
+        if normalize_adv_across is not None:
             mean = jax.lax.pmean(mb.advantage.mean(), normalize_adv_across)
             var = jax.lax.pmean(jnp.mean((mb.advantage - mean) ** 2), normalize_adv_across)
             mb = mb._replace(advantage=(mb.advantage - mean) / (jnp.sqrt(var) + 1e-8))
