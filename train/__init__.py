@@ -1,9 +1,20 @@
-"""fusedrl.train: rollout, advantage estimation, losses and the fused PPO learner."""
+"""fusedrl.train: rollout, advantage estimation, losses and the fused on-policy learners (PPO, A2C,
+REINFORCE) on one skeleton."""
 
+from fusedrl.train.a2c import A2C_ALGORITHM
 from fusedrl.train.advantages import gae
-from fusedrl.train.config import TRACED_FIELDS, Hyperparams, PPOConfig
-from fusedrl.train.losses import Batch, LossStats, explained_variance, ppo_loss
+from fusedrl.train.config import (
+    CONFIGS,
+    TRACED_FIELDS,
+    A2CConfig,
+    Hyperparams,
+    OnPolicyConfig,
+    PPOConfig,
+    ReinforceConfig,
+)
+from fusedrl.train.losses import Batch, LossStats, explained_variance, policy_gradient_loss, ppo_loss
 from fusedrl.train.ppo import (
+    ALGORITHMS,
     METRIC_NAMES,
     PPO,
     PPO_ALGORITHM,
@@ -14,12 +25,20 @@ from fusedrl.train.ppo import (
     make_train,
 )
 from fusedrl.train.presets import PRESETS, has_preset, preset
+from fusedrl.train.reinforce import REINFORCE_ALGORITHM
 from fusedrl.train.trainer import Algorithm
 from fusedrl.train.tuning import Tuning, resolve_tuning
 
 __all__ = [
+    "A2C_ALGORITHM",
+    "ALGORITHMS",
     "Algorithm",
+    "A2CConfig",
+    "CONFIGS",
+    "OnPolicyConfig",
     "PPO_ALGORITHM",
+    "REINFORCE_ALGORITHM",
+    "ReinforceConfig",
     "Trainer",
     "Tuning",
     "resolve_tuning",
@@ -38,6 +57,7 @@ __all__ = [
     "gae",
     "has_preset",
     "make_train",
+    "policy_gradient_loss",
     "ppo_loss",
     "preset",
 ]

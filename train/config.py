@@ -1,4 +1,5 @@
-"""`PPOConfig`: every PPO knob, frozen and validated; `Hyperparams`: the traced numbers.
+"""The algorithms' configs, frozen and validated (`PPOConfig`, `A2CConfig`, `ReinforceConfig`, on one
+base, `OnPolicyConfig`); `Hyperparams`: the traced numbers.
 
 Static fields fix shapes and control flow (env id, counts, layer sizes, flags): changing one means a
 new compile. Traced fields are plain numbers that become leaves of a `Hyperparams` pytree, which
@@ -11,7 +12,7 @@ import dataclasses
 import difflib
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -130,8 +131,123 @@ def strong_hparams(hparams: Hyperparams) -> Hyperparams:
     return jax.tree.map(lambda x: x if (d := number_dtype(x)) is None else jnp.asarray(x, d), hparams)
 
 
+class OnPolicyConfig:
+    """What every algorithm's config shares: the methods below, the fields in `COMMON_FIELDS`
+    (each config declares them itself, in its own order and with its own defaults) and their
+    validation. Not a config itself: `PPOConfig`, `A2CConfig` and `ReinforceConfig` are.
+
+    A subclass is a frozen dataclass that sets `algo` and the class attributes that group its fields
+    for conversion and validation, and may add checks in `_check_structure` (after the sizes) and
+    `_check_rest` (after the numbers' ranges).
+    """
+
+    #: The algorithm's short name: "ppo", "a2c" or "reinforce" (`CONFIGS` maps it back to the class).
+    algo: ClassVar[str] = ""
+    #: Fields that must be ints > 0.
+    _INT_FIELDS: ClassVar[tuple[str, ...]] = ("num_envs", "num_steps", "total_timesteps")
+    #: Static fields that are numbers (besides the traced ones); `_OPTIONAL_NUMBER_FIELDS` may be None.
+    _NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("log_std_init",)
+    _OPTIONAL_NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: Fields that must be True or False.
+    _BOOL_FIELDS: ClassVar[tuple[str, ...]] = ("anneal_lr", "normalize_obs", "normalize_reward")
+    #: Why this algorithm has no field that another's config has (the unknown-name error adds it).
+    _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {}
+
+    def __new__(cls, *args, **kwargs):
+        # Before the dataclass __init__: an unknown keyword gets a "did you mean" instead of
+        # Python's bare "unexpected keyword argument".
+        _check_names(cls, kwargs)
+        return super().__new__(cls)
+
+    def __post_init__(self):
+        # Normalise containers so the config is hashable and prints the same however it was built,
+        # and NumPy/JAX scalars to Python numbers, so that it is hashable and writes as JSON.
+        object.__setattr__(self, "hidden_sizes", _as_int_tuple(self.hidden_sizes))
+        object.__setattr__(self, "env_params", _as_env_params(self.env_params, type(self).__name__))
+        numbers = self.traced_fields() + self._NUMBER_FIELDS + self._OPTIONAL_NUMBER_FIELDS
+        for name in self._INT_FIELDS + numbers:
+            value = _as_python_number(getattr(self, name), integer=name in self._INT_FIELDS)
+            object.__setattr__(self, name, value)
+        _validate(self)
+
+    def _check_structure(self) -> None:
+        """The algorithm's own checks of static choices, after the sizes are known to be ints."""
+
+    def _range_checks(self) -> dict[str, tuple[bool, str]]:
+        """(in range?, the rule) of the algorithm's own static numbers."""
+        return {}
+
+    def _check_rest(self) -> None:
+        """The algorithm's own checks after every number is known to be in range."""
+
+    def check_env_params(self, env_params) -> None:
+        """The algorithm's checks that need the env's params (`make_train` calls it before anything
+        compiles); none by default."""
+
+    # Derived values are computed, never stored.
+    @property
+    def batch_size(self) -> int:
+        """Transitions collected per update: num_envs * num_steps."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps actually taken: num_updates * batch_size (<= total_timesteps)."""
+        return self.num_updates * self.batch_size
+
+    @classmethod
+    def traced_fields(cls) -> tuple[str, ...]:
+        """The names of the traced fields (the leaves of `hparams()`), in declaration order."""
+        return traced_fields(cls)
+
+    def static_part(self):
+        """This config with every traced field at its default: what fixes the compiled program."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.metadata.get("traced")}
+        return self.replace(**defaults)
+
+    def replace(self, **changes):
+        _check_names(type(self), changes)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain Python values (JSON-ready). The algorithm is the class, not a key:
+        `CONFIGS[config.algo].from_dict(d)` rebuilds the config."""
+        d = dataclasses.asdict(self)
+        d["hidden_sizes"] = list(self.hidden_sizes)
+        d["env_params"] = dict(self.env_params)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]):
+        _check_names(cls, d)
+        return cls(**d)
+
+    def hparams(self, env_params=None) -> Hyperparams:
+        """The traced hyperparameters as float32 arrays, with the env's params.
+
+        Args:
+          env_params: the env's params; default: `fusedrl.make(env_id, **self.env_params)[1]`.
+        """
+        if env_params is None:
+            from fusedrl.envs import make
+
+            env_params = make(self.env_id, **self.env_params)[1]
+        values = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in self.traced_fields()}
+        return Hyperparams(type(self), values, env_params)
+
+
+#: The fields every algorithm's config has.
+COMMON_FIELDS = ("env_id", "num_envs", "num_steps", "total_timesteps", "lr", "anneal_lr", "gamma", "ent_coef",
+                 "max_grad_norm", "hidden_sizes", "activation", "log_std_init", "network", "normalize_obs",
+                 "normalize_reward", "env_params")
+
+
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(OnPolicyConfig):
     """Configuration of a PPO run. Field names follow PureJaxRL's (lower-case).
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
@@ -211,88 +327,287 @@ class PPOConfig:
     recurrent_size: int = 128
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __new__(cls, *args, **kwargs):
-        # Before the dataclass __init__: an unknown keyword gets a "did you mean" instead of
-        # Python's bare "unexpected keyword argument".
-        _check_names(cls, kwargs)
-        return super().__new__(cls)
-
-    def __post_init__(self):
-        # Normalise containers so the config is hashable and prints the same however it was built,
-        # and NumPy/JAX scalars to Python numbers, so that it is hashable and writes as JSON.
-        object.__setattr__(self, "hidden_sizes", _as_int_tuple(self.hidden_sizes))
-        object.__setattr__(self, "env_params", _as_env_params(self.env_params))
-        for name in _INT_FIELDS + _NUMBER_FIELDS:
-            value = _as_python_number(getattr(self, name), integer=name in _INT_FIELDS)
-            object.__setattr__(self, name, value)
-        _validate(self)
-
-    # Derived values are computed, never stored.
-    @property
-    def batch_size(self) -> int:
-        """Transitions collected per update: num_envs * num_steps."""
-        return self.num_envs * self.num_steps
+    algo: ClassVar[str] = "ppo"
+    _INT_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._INT_FIELDS + ("update_epochs", "num_minibatches",
+                                                                           "recurrent_size")
+    _OPTIONAL_NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("target_kl",)
+    _BOOL_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig._BOOL_FIELDS, "normalize_adv",
+                                               "clip_value_loss")
+    _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {
+        "optimizer": "PPO uses Adam (eps 1e-5)",
+        "rmsprop_alpha": "PPO uses Adam (eps 1e-5)",
+        "rmsprop_eps": "PPO uses Adam (eps 1e-5)",
+    }
 
     @property
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
 
-    @property
-    def num_updates(self) -> int:
-        return self.total_timesteps // self.batch_size
+    def _check_structure(self) -> None:
+        if self.batch_size % self.num_minibatches:
+            divisors = [d for d in range(1, min(self.batch_size, 64) + 1) if self.batch_size % d == 0]
+            raise ValueError(
+                f"num_minibatches={self.num_minibatches} does not divide the batch "
+                f"(num_envs * num_steps = {self.num_envs} * {self.num_steps} = {self.batch_size}); "
+                f"choose num_minibatches among {divisors} or change num_envs/num_steps."
+            )
 
-    @property
-    def env_steps(self) -> int:
-        """Env steps actually taken: num_updates * batch_size (<= total_timesteps)."""
-        return self.num_updates * self.batch_size
+    def _range_checks(self) -> dict[str, tuple[bool, str]]:
+        return {"target_kl": (self.target_kl is None or self.target_kl > 0,
+                              "must be > 0 (e.g. 0.01), or None to turn early stopping off")}
 
-    @classmethod
-    def traced_fields(cls) -> tuple[str, ...]:
-        """The names of the traced fields (the leaves of `hparams()`), in declaration order."""
-        return traced_fields(cls)
+    def _check_rest(self) -> None:
+        if self.normalize_adv and self.minibatch_size == 1:
+            raise ValueError(
+                f"num_minibatches={self.num_minibatches} makes minibatches of one transition (batch "
+                f"{self.batch_size}), and normalize_adv=True then makes every advantage 0: the policy would "
+                f"never learn. Use fewer minibatches, or normalize_adv=False."
+            )
+        _validate_recurrent(self)
 
-    def static_part(self) -> PPOConfig:
-        """This config with every traced field at its default: what fixes the compiled program."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.metadata.get("traced")}
-        return self.replace(**defaults)
 
-    def replace(self, **changes) -> PPOConfig:
-        _check_names(type(self), changes)
-        return dataclasses.replace(self, **changes)
+#: The optimisers A2C and REINFORCE offer (`optimizer`).
+OPTIMIZERS = ("rmsprop", "adam")
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["hidden_sizes"] = list(self.hidden_sizes)
-        d["env_params"] = dict(self.env_params)
-        return d
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PPOConfig:
-        _check_names(cls, d)
-        return cls(**d)
+def _check_optimizer(c) -> None:
+    if not isinstance(c.optimizer, str) or c.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {c.optimizer!r}: set "
+                         f"optimizer='rmsprop' (RMSprop as in the A3C paper and SB3) or optimizer='adam'.")
 
-    def hparams(self, env_params=None) -> Hyperparams:
-        """The traced hyperparameters as float32 arrays, with the env's params.
 
-        Args:
-          env_params: the env's params; default: `fusedrl.make(env_id, **self.env_params)[1]`.
-        """
-        if env_params is None:
-            from fusedrl.envs import make
+def _optimizer_range_checks(c) -> dict[str, tuple[bool, str]]:
+    return {
+        "rmsprop_alpha": (0 <= c.rmsprop_alpha < 1,
+                          "must be in [0, 1) (RMSprop's decay of the squared-gradient average; "
+                          "0.99 is SB3's)"),
+        "rmsprop_eps": (0 < c.rmsprop_eps < math.inf, "must be > 0 and finite (1e-5 is SB3's)"),
+    }
 
-            env_params = make(self.env_id, **self.env_params)[1]
-        values = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in self.traced_fields()}
-        return Hyperparams(type(self), values, env_params)
 
+_NO_CLIPPING = "{algo} has no clipping (its policy loss is -mean(log_prob * advantage))"
+_ONE_STEP = ("{algo} takes one gradient step per rollout on the whole batch; for several epochs of "
+             "minibatches use fusedrl.PPOConfig")
+
+
+@dataclasses.dataclass(frozen=True)
+class A2CConfig(OnPolicyConfig):
+    """Configuration of an A2C run: synchronous advantage actor-critic (Mnih et al. 2016, the
+    synchronous form of A3C), with Stable-Baselines3's defaults.
+
+    Each update is one rollout of num_steps steps of num_envs envs and one gradient step on the
+    whole batch of the loss -mean(log_prob * A) + vf_coef * 0.5 * mean((V - target)^2)
+    - ent_coef * entropy, with A the n-step (gae_lambda 1) or GAE advantages.
+
+    Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, anneal_lr,
+    hidden_sizes, activation, log_std_init, network, normalize_obs, normalize_reward, normalize_adv,
+    optimizer, rmsprop_alpha, rmsprop_eps, env_params.
+    Traced (vmappable): lr, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm; and the env's params.
+
+    Fields:
+      env_id: a registered env id ("CartPole-v1", "gymnax:..."); the host bridge ("gymnasium:")
+        runs PPO only.
+      num_envs, num_steps: a rollout is num_steps steps of num_envs envs (batch_size transitions);
+        each update takes one gradient step on it.
+      total_timesteps: env steps of the run; num_updates = total_timesteps // batch_size.
+      lr: the optimiser's learning rate.
+      anneal_lr: decay it linearly per update, from lr at the first update to lr / num_updates.
+      gamma, gae_lambda: discount and GAE lambda. gae_lambda 1 gives the n-step returns of the A3C
+        paper (bootstrapped from V at the rollout's end); < 1 gives GAE. Truncated episodes
+        bootstrap from V of their final observation, terminated ones do not.
+      ent_coef, vf_coef: weights of the entropy bonus and the value loss 0.5 * E[(V - target)^2].
+      max_grad_norm: clip the gradient to this global norm before the optimiser (inf: no clipping).
+      hidden_sizes, activation: the MLP torsos (separate for actor and critic), as PPOConfig's.
+      log_std_init: continuous actions: the initial (state-independent, learned) log-std.
+      network: None for the MLP actor-critic, or "module:function" (see PPOConfig.network).
+      normalize_obs: running mean/variance of observations, as PPOConfig's.
+      normalize_reward: divide rewards by the running std of the discounted return, as PPOConfig's.
+      normalize_adv: standardise advantages per batch (population std, + 1e-8); off in SB3's A2C.
+      optimizer: "rmsprop" (PyTorch's RMSprop as SB3 uses it: not centered, eps added to the root
+        of the squared-gradient average) or "adam" (eps 1e-5).
+      rmsprop_alpha, rmsprop_eps: RMSprop's decay of the squared-gradient average and its epsilon.
+      env_params: overrides of the env's params (physics constants, time limit).
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 8
+    num_steps: int = 5
+    total_timesteps: int = 500_000
+    lr: float = traced(7e-4)
+    anneal_lr: bool = False
+    gamma: float = traced(0.99)
+    gae_lambda: float = traced(1.0)
+    ent_coef: float = traced(0.0)
+    vf_coef: float = traced(0.5)
+    max_grad_norm: float = traced(0.5)
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+    network: str | None = None
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    normalize_adv: bool = False
+    optimizer: str = "rmsprop"
+    rmsprop_alpha: float = 0.99
+    rmsprop_eps: float = 1e-5
+    env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    algo: ClassVar[str] = "a2c"
+    _NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("log_std_init", "rmsprop_alpha", "rmsprop_eps")
+    _BOOL_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._BOOL_FIELDS + ("normalize_adv",)
+    _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {
+        "clip_eps": _NO_CLIPPING.format(algo="A2C"),
+        "clip_value_loss": _NO_CLIPPING.format(algo="A2C"),
+        "target_kl": _ONE_STEP.format(algo="A2C"),
+        "update_epochs": _ONE_STEP.format(algo="A2C"),
+        "num_minibatches": _ONE_STEP.format(algo="A2C"),
+        "baseline": "A2C always learns a critic (its advantages need V)",
+        "normalize_returns": "A2C standardises advantages with normalize_adv",
+    }
+
+    def _check_structure(self) -> None:
+        _check_optimizer(self)
+
+    def _range_checks(self) -> dict[str, tuple[bool, str]]:
+        return _optimizer_range_checks(self)
+
+    def _check_rest(self) -> None:
+        if self.normalize_adv and self.batch_size == 1:
+            raise ValueError("num_envs=1 and num_steps=1 make a batch of one transition, and "
+                             "normalize_adv=True then makes its advantage 0: the policy would never learn. "
+                             "Use more envs or steps, or normalize_adv=False.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReinforceConfig(OnPolicyConfig):
+    """Configuration of a REINFORCE run (Williams 1992): Monte-Carlo returns of whole episodes, with
+    an optional learned baseline and return normalisation.
+
+    Each update is one rollout of num_steps steps of num_envs envs and one gradient step on the
+    whole batch of the loss -mean(log_prob * A) + vf_coef * 0.5 * mean((V - G)^2) - ent_coef *
+    entropy, with G_t the discounted return-to-go of step t's episode and A = G - V(s_t) (baseline)
+    or G. Means are over the steps that have a return (below).
+
+    Episodes that cross a rollout boundary: returns-to-go are computed backward within the rollout,
+    and nothing is bootstrapped. A step whose episode has not ended by the rollout's last step has
+    no Monte-Carlo return: its weight in the loss is 0 (and it is left out of the means and of the
+    normalisation). The episode's later steps, in the next rollout, have exact returns-to-go (the
+    return from there on). A time-limit truncation ends the return like a termination: G is the sum
+    of the rewards up to the limit. So that every rollout completes episodes, num_steps must be at
+    least the env's time limit (`max_steps_in_episode` of its params, checked by make_train for
+    envs whose params have one, against the config's env params; a time limit changed through the
+    traced hparams is not checked).
+
+    Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, anneal_lr,
+    hidden_sizes, activation, log_std_init, network, normalize_obs, normalize_reward, baseline,
+    normalize_returns, optimizer, rmsprop_alpha, rmsprop_eps, env_params.
+    Traced (vmappable): lr, gamma, ent_coef, vf_coef, max_grad_norm; and the env's params.
+
+    Fields:
+      env_id: a registered env id ("CartPole-v1", "gymnax:..."); the host bridge ("gymnasium:")
+        runs PPO only.
+      num_envs, num_steps: a rollout is num_steps steps of num_envs envs (batch_size transitions);
+        each update takes one gradient step on it. num_steps must be >= the env's time limit.
+      total_timesteps: env steps of the run; num_updates = total_timesteps // batch_size.
+      lr: the optimiser's learning rate.
+      anneal_lr: decay it linearly per update, from lr at the first update to lr / num_updates.
+      gamma: the discount of the returns-to-go.
+      ent_coef: weight of the entropy bonus.
+      vf_coef: weight of the baseline's loss 0.5 * E[(V - G)^2] (with baseline).
+      max_grad_norm: clip the gradient to this global norm before the optimiser (inf: no clipping).
+      hidden_sizes, activation: the MLP torsos (separate for actor and critic), as PPOConfig's.
+      log_std_init: continuous actions: the initial (state-independent, learned) log-std.
+      network: None for the MLP actor-critic, or "module:function" (see PPOConfig.network).
+      normalize_obs: running mean/variance of observations, as PPOConfig's.
+      normalize_reward: divide rewards by the running std of the discounted return, as PPOConfig's.
+      baseline: learn V on the returns and use A = G - V; False: A = G, and the critic is not trained.
+      normalize_returns: standardise the advantages (G - V, or G) per batch over the steps that have
+        a return (population std, + 1e-8).
+      optimizer: "adam" (eps 1e-5) or "rmsprop" (as A2CConfig's).
+      rmsprop_alpha, rmsprop_eps: RMSprop's decay of the squared-gradient average and its epsilon.
+      env_params: overrides of the env's params (physics constants, time limit).
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 8
+    num_steps: int = 500
+    total_timesteps: int = 500_000
+    lr: float = traced(1e-3)
+    anneal_lr: bool = False
+    gamma: float = traced(0.99)
+    ent_coef: float = traced(0.0)
+    vf_coef: float = traced(0.5)
+    max_grad_norm: float = traced(0.5)
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+    network: str | None = None
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    baseline: bool = True
+    normalize_returns: bool = True
+    optimizer: str = "adam"
+    rmsprop_alpha: float = 0.99
+    rmsprop_eps: float = 1e-5
+    env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    algo: ClassVar[str] = "reinforce"
+    _NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("log_std_init", "rmsprop_alpha", "rmsprop_eps")
+    _BOOL_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._BOOL_FIELDS + ("baseline", "normalize_returns")
+    _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {
+        "clip_eps": _NO_CLIPPING.format(algo="REINFORCE"),
+        "clip_value_loss": _NO_CLIPPING.format(algo="REINFORCE"),
+        "target_kl": _ONE_STEP.format(algo="REINFORCE"),
+        "update_epochs": _ONE_STEP.format(algo="REINFORCE"),
+        "num_minibatches": _ONE_STEP.format(algo="REINFORCE"),
+        "gae_lambda": ("REINFORCE uses Monte-Carlo returns, never bootstrapped; for n-step or GAE advantages "
+                       "use fusedrl.A2CConfig"),
+        "normalize_adv": "REINFORCE's is normalize_returns",
+    }
+
+    def _check_structure(self) -> None:
+        _check_optimizer(self)
+
+    def _range_checks(self) -> dict[str, tuple[bool, str]]:
+        return _optimizer_range_checks(self)
+
+    def check_env_params(self, env_params) -> None:
+        """Refuses rollouts shorter than the env's time limit (`env_params.max_steps_in_episode`,
+        where the params have it): every rollout must be able to complete an episode."""
+        limit = getattr(env_params, "max_steps_in_episode", None)
+        if limit is None or isinstance(limit, jax.core.Tracer) or np.ndim(limit) != 0:
+            return
+        limit = int(limit)
+        if self.num_steps < limit:
+            raise ValueError(
+                f"num_steps={self.num_steps} is shorter than {self.env_id}'s time limit "
+                f"(max_steps_in_episode={limit}): REINFORCE learns only from episodes that end inside a "
+                f"rollout, so most rollouts would have none. Set num_steps >= {limit}, or lower the time "
+                f"limit with env_params={{'max_steps_in_episode': {self.num_steps}}}."
+            )
+
+
+#: Each algorithm's config class, by its short name (`config.algo`).
+CONFIGS: dict[str, type[OnPolicyConfig]] = {"ppo": PPOConfig, "a2c": A2CConfig, "reinforce": ReinforceConfig}
+
+
+def config_class(algo: str) -> type[OnPolicyConfig]:
+    """The config class of algorithm `algo` ("ppo", "a2c" or "reinforce")."""
+    if algo not in CONFIGS:
+        raise ValueError(f"algo must be one of {', '.join(repr(a) for a in CONFIGS)}, got {algo!r}.")
+    return CONFIGS[algo]
 
 class _FrozenDict(dict):
-    """A dict that refuses mutation and can be hashed (PPOConfig is frozen)."""
+    """A dict that refuses mutation and can be hashed (configs are frozen); `owner` names the config
+    class in the error."""
+
+    owner = "PPOConfig"
 
     def __hash__(self):
         return hash(tuple(sorted(self.items())))
 
     def _immutable(self, *args, **kwargs):
-        raise TypeError("PPOConfig.env_params is read-only; use config.replace(env_params={...}).")
+        raise TypeError(f"{self.owner}.env_params is read-only; use config.replace(env_params={{...}}).")
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _immutable
 
@@ -300,19 +615,24 @@ class _FrozenDict(dict):
 def _check_names(config_cls, d: Mapping[str, Any]) -> None:
     valid = [f.name for f in dataclasses.fields(config_cls)]
     for name in d:
-        if name not in valid:
-            close = difflib.get_close_matches(name, valid, n=3)
-            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            raise TypeError(f"{config_cls.__name__} has no field {name!r}.{hint} Valid fields: "
+        if name in valid:
+            continue
+        owners = [c.__name__ for c in CONFIGS.values()
+                  if c is not config_cls and name in {f.name for f in dataclasses.fields(c)}]
+        if owners:  # another algorithm's field
+            note = config_cls._MISSING_FIELD_NOTES.get(name)
+            raise TypeError(f"{config_cls.__name__} has no field {name!r}: {name} is a field of "
+                            f"{' and '.join(owners)}{'; ' + note if note else ''}. Valid fields: "
                             f"{', '.join(valid)}.")
+        close = difflib.get_close_matches(name, valid, n=3)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise TypeError(f"{config_cls.__name__} has no field {name!r}.{hint} Valid fields: "
+                        f"{', '.join(valid)}.")
 
 
 #: The names of PPOConfig's traced fields, in declaration order (`PPOConfig.traced_fields()`).
 TRACED_FIELDS = traced_fields(PPOConfig)
 
-_INT_FIELDS = ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches",
-               "recurrent_size")
-_NUMBER_FIELDS = TRACED_FIELDS + ("log_std_init", "target_kl")
 
 
 def _as_python_number(v, *, integer: bool):
@@ -341,7 +661,7 @@ def _as_int_tuple(x) -> tuple[int, ...]:
     return tuple(int(w) if isinstance(w, np.integer) else w for w in x)
 
 
-def _as_env_params(x) -> _FrozenDict:
+def _as_env_params(x, owner: str = "PPOConfig") -> _FrozenDict:
     if not isinstance(x, Mapping):
         raise TypeError(
             f"env_params must be a mapping of the env's param names to numbers, e.g. "
@@ -367,7 +687,9 @@ def _as_env_params(x) -> _FrozenDict:
             raise ValueError(f"env_params[{name!r}] must be a number, got NaN; give it a value "
                              f"(or leave it out for the env's default).")
     # NumPy scalars become Python numbers: configs are written as JSON (run folders, checkpoints).
-    return _FrozenDict({k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()})
+    frozen = _FrozenDict({k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()})
+    frozen.owner = owner
+    return frozen
 
 
 def _is_number(v) -> bool:
@@ -375,23 +697,27 @@ def _is_number(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+#: Each traced field's rule: (in range?, the rule as the error states it).
+_RANGES = {
+    "lr": (lambda x: 0 < x < math.inf, "must be > 0 and finite"),
+    "gamma": (lambda x: 0 < x <= 1, "must be in (0, 1]"),
+    "gae_lambda": (lambda x: 0 <= x <= 1, "must be in [0, 1]"),
+    "clip_eps": (lambda x: 0 < x < math.inf, "must be > 0 and finite"),
+    "ent_coef": (lambda x: 0 <= x < math.inf, "must be >= 0 and finite"),
+    "vf_coef": (lambda x: 0 <= x < math.inf, "must be >= 0 and finite"),
+    "max_grad_norm": (lambda x: x > 0, "must be > 0 (inf: no clipping)"),
+}
+
+
 def _range_checks(v: Mapping[str, float]) -> dict[str, tuple[bool, str]]:
     """(in range?, the rule) of each traced field's value in `v`."""
-    return {
-        "lr": (0 < v["lr"] < math.inf, "must be > 0 and finite"),
-        "gamma": (0 < v["gamma"] <= 1, "must be in (0, 1]"),
-        "gae_lambda": (0 <= v["gae_lambda"] <= 1, "must be in [0, 1]"),
-        "clip_eps": (0 < v["clip_eps"] < math.inf, "must be > 0 and finite"),
-        "ent_coef": (0 <= v["ent_coef"] < math.inf, "must be >= 0 and finite"),
-        "vf_coef": (0 <= v["vf_coef"] < math.inf, "must be >= 0 and finite"),
-        "max_grad_norm": (v["max_grad_norm"] > 0, "must be > 0 (inf: no clipping)"),
-    }
+    return {name: (_RANGES[name][0](x), _RANGES[name][1]) for name, x in v.items()}
 
 
-def _validate(c: PPOConfig) -> None:
+def _validate(c: OnPolicyConfig) -> None:
     if not isinstance(c.env_id, str) or not c.env_id:
         raise TypeError(f"env_id must be an environment id string, got {c.env_id!r}.")
-    for name in _INT_FIELDS:
+    for name in c._INT_FIELDS:
         v = getattr(c, name)
         if not is_int(v):
             raise TypeError(f"{name} must be an int, got {v!r} ({type(v).__name__}).")
@@ -404,23 +730,17 @@ def _validate(c: PPOConfig) -> None:
         )
     if c.total_timesteps >= 2**31:
         raise ValueError(f"total_timesteps={c.total_timesteps} must be < 2**31 (int32 step counters).")
-    if c.batch_size % c.num_minibatches:
-        divisors = [d for d in range(1, min(c.batch_size, 64) + 1) if c.batch_size % d == 0]
-        raise ValueError(
-            f"num_minibatches={c.num_minibatches} does not divide the batch "
-            f"(num_envs * num_steps = {c.num_envs} * {c.num_steps} = {c.batch_size}); "
-            f"choose num_minibatches among {divisors} or change num_envs/num_steps."
-        )
-    numbers = TRACED_FIELDS + ("log_std_init",) + (("target_kl",) if c.target_kl is not None else ())
-    for name in numbers:
+    c._check_structure()
+    traced = c.traced_fields()
+    optional = tuple(name for name in c._OPTIONAL_NUMBER_FIELDS if getattr(c, name) is not None)
+    for name in traced + c._NUMBER_FIELDS + optional:
         v = getattr(c, name)
         if not _is_number(v):
             raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).")
     checks = {
-        **_range_checks({name: getattr(c, name) for name in TRACED_FIELDS}),
+        **_range_checks({name: getattr(c, name) for name in traced}),
         "log_std_init": (math.isfinite(c.log_std_init), "must be finite (0.0 is std 1, -1.0 std 0.37)"),
-        "target_kl": (c.target_kl is None or c.target_kl > 0,
-                      "must be > 0 (e.g. 0.01), or None to turn early stopping off"),
+        **c._range_checks(),
     }
     for name, (ok, rule) in checks.items():
         if not ok:
@@ -428,19 +748,14 @@ def _validate(c: PPOConfig) -> None:
     # Training holds the traced values in float32: one that passes above may not survive the cast
     # (lr=1e300 is inf there, lr=1e-50 is 0, gamma=1e-46 is 0).
     with np.errstate(over="ignore", under="ignore"):
-        as_f32 = {name: float(np.float32(getattr(c, name))) for name in TRACED_FIELDS}
+        as_f32 = {name: float(np.float32(getattr(c, name))) for name in traced}
     checks32 = _range_checks(as_f32)
     for name, (ok, rule) in checks32.items():
         if not ok:
             raise ValueError(f"{name} {rule}, got {getattr(c, name)}: that is {as_f32[name]} in float32, the "
                              f"precision training uses.")
-    if c.normalize_adv and c.minibatch_size == 1:
-        raise ValueError(
-            f"num_minibatches={c.num_minibatches} makes minibatches of one transition (batch "
-            f"{c.batch_size}), and normalize_adv=True then makes every advantage 0: the policy would "
-            f"never learn. Use fewer minibatches, or normalize_adv=False."
-        )
-    for name in ("anneal_lr", "normalize_obs", "normalize_reward", "normalize_adv", "clip_value_loss"):
+    c._check_rest()
+    for name in c._BOOL_FIELDS:
         v = getattr(c, name)
         if not isinstance(v, bool):
             raise TypeError(f"{name} must be True or False, got {v!r}.")
@@ -455,7 +770,6 @@ def _validate(c: PPOConfig) -> None:
 
         if error := network_path_error(c.network):
             raise ValueError(f"network {error}")
-    _validate_recurrent(c)
 
 
 def _validate_recurrent(c) -> None:

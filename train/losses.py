@@ -1,4 +1,5 @@
-"""The PPO loss on one minibatch, and the statistics PPO users watch."""
+"""The algorithms' losses on one minibatch (PPO's clipped surrogate; the plain policy gradient of
+A2C and REINFORCE), and the statistics users watch."""
 
 from __future__ import annotations
 
@@ -17,9 +18,15 @@ class Batch(NamedTuple):
     value: jax.Array  # [B] V_old(s)
     advantage: jax.Array  # [B]
     target: jax.Array  # [B] value target = advantage + V_old(s)
+    # [B] float32 weight of each transition in the loss's means, or None: all ones. REINFORCE gives 0
+    # to the steps without a Monte-Carlo return (`fusedrl.train.advantages.monte_carlo_targets`).
+    weight: jax.Array | None = None
 
 
 class LossStats(NamedTuple):
+    """The loss's statistics, the same for every algorithm (so every metric name stays):
+    `clip_fraction` is 0 for algorithms without clipping."""
+
     policy_loss: jax.Array
     value_loss: jax.Array
     entropy: jax.Array
@@ -66,6 +73,70 @@ def ppo_loss(
         # The low-variance k3 estimator of KL(pi_old || pi) (Schulman's blog; CleanRL's approx_kl).
         approx_kl=jnp.mean((ratio - 1.0) - log_ratio),
         clip_fraction=jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)),
+    )
+    return loss, stats
+
+
+def weighted_mean(x: jax.Array, weight: jax.Array | None) -> jax.Array:
+    """sum(weight * x) / sum(weight), 0 where every weight is 0; the plain mean for None."""
+    if weight is None:
+        return x.mean()
+    return jnp.sum(weight * x) / jnp.maximum(jnp.sum(weight), 1e-8)
+
+
+def standardize(adv: jax.Array, weight: jax.Array | None) -> jax.Array:
+    """(adv - mean) / (std + 1e-8), with the population mean and std weighted by `weight` (None: the
+    plain ones, as PPO's normalize_adv)."""
+    if weight is None:
+        return (adv - adv.mean()) / (adv.std() + 1e-8)
+    mean = weighted_mean(adv, weight)
+    std = jnp.sqrt(weighted_mean(jnp.square(adv - mean), weight))
+    return (adv - mean) / (std + 1e-8)
+
+
+def policy_gradient_loss(
+    params,
+    apply_fn,
+    batch: Batch,
+    *,
+    vf_coef: jax.Array,
+    ent_coef: jax.Array,
+    normalize_adv: bool,
+    baseline: bool = True,
+) -> tuple[jax.Array, LossStats]:
+    """The actor-critic policy-gradient loss of A2C (Mnih et al. 2016) and REINFORCE (Williams 1992).
+
+        loss = -E_w[log pi(a|s) A] + vf_coef * 0.5 E_w[(V - target)^2] - ent_coef * E_w[H[pi]]
+
+    with E_w the mean weighted by `batch.weight` (the plain mean without weights). The advantage A is
+    data (no gradient flows into it): `batch.advantage`, or without `baseline` (REINFORCE without a
+    baseline) `batch.advantage + batch.value`, the return itself, and the value term is left out of
+    the loss (its statistic is still reported). With `normalize_adv` A is standardised over the
+    batch (`standardize`, with the same weights).
+
+    Statistics: `approx_kl` is the k3 estimate of KL(pi_old || pi) against the rollout's log-probs
+    (0 at the one step these algorithms take on a rollout, which starts at the rollout's policy);
+    `clip_fraction` is 0 (nothing is clipped).
+    """
+    pi, value = apply_fn(params, batch.obs)
+    w = batch.weight
+    log_prob = pi.log_prob(batch.action)
+    adv = batch.advantage if baseline else batch.advantage + batch.value
+    if normalize_adv:
+        adv = standardize(adv, w)
+    pg_loss = -weighted_mean(log_prob * adv, w)
+    v_loss = 0.5 * weighted_mean(jnp.square(value - batch.target), w)
+    entropy = weighted_mean(pi.entropy(), w)
+    loss = pg_loss - ent_coef * entropy
+    if baseline:
+        loss = loss + vf_coef * v_loss
+    log_ratio = log_prob - batch.log_prob
+    stats = LossStats(
+        policy_loss=pg_loss,
+        value_loss=v_loss,
+        entropy=entropy,
+        approx_kl=weighted_mean(jnp.exp(log_ratio) - 1.0 - log_ratio, w),
+        clip_fraction=jnp.zeros((), jnp.float32),
     )
     return loss, stats
 

@@ -1,4 +1,5 @@
-"""PPO (Schulman et al. 2017) as parts of the one training skeleton (`fusedrl.train.trainer`).
+"""PPO (Schulman et al. 2017) as parts of the one training skeleton (`fusedrl.train.trainer`), and
+`make_train`, which builds the trainer of any algorithm's config (`ALGORITHMS`).
 
 PPO's parts: GAE targets (train/advantages.py), the clipped-surrogate loss (train/losses.py) and
 Adam with a global-norm clip, over `update_epochs` epochs of `num_minibatches` minibatches.
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 from functools import partial
 
-import jax
-
-from fusedrl.train.advantages import gae
-from fusedrl.train.config import Hyperparams, PPOConfig
+from fusedrl.train.a2c import A2C_ALGORITHM
+from fusedrl.train.advantages import gae_targets
+from fusedrl.train.config import A2CConfig, Hyperparams, OnPolicyConfig, PPOConfig, ReinforceConfig
 from fusedrl.train.losses import ppo_loss
-from fusedrl.train.rollout import Transition
+from fusedrl.train.reinforce import REINFORCE_ALGORITHM
+from fusedrl.train.rollout import Transition  # re-exported
 from fusedrl.train.trainer import (
     EPISODE_METRICS,
     METRIC_NAMES,
@@ -29,15 +30,6 @@ from fusedrl.train.trainer import (
     linear_anneal,
     typed_key,
 )
-
-
-def gae_targets(traj: Transition, v_next: jax.Array, hparams: Hyperparams):
-    """GAE(gamma, lambda) advantages over the [T, N] rollout, one env's trajectory at a time, and
-    the value targets advantage + V(obs); each [T, N]."""
-    adv = jax.vmap(gae, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1)(
-        traj.reward, traj.value, v_next, traj.terminated, traj.done, hparams.gamma, hparams.gae_lambda
-    )
-    return adv, adv + traj.value
 
 
 def _ppo_loss(config: PPOConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool):
@@ -75,26 +67,45 @@ PPO_ALGORITHM = Algorithm(
 PPO = Trainer
 
 
-def make_train(config: PPOConfig, **kwargs) -> Trainer:
+#: Each algorithm's parts, by its config's class: `make_train` dispatches on the config's type.
+ALGORITHMS: dict[type, Algorithm] = {
+    PPOConfig: PPO_ALGORITHM,
+    A2CConfig: A2C_ALGORITHM,
+    ReinforceConfig: REINFORCE_ALGORITHM,
+}
+
+
+def make_train(config: OnPolicyConfig, **kwargs) -> Trainer:
     """Returns the pure train function for `config`: `train(key, hparams=None) -> TrainResult`.
 
-    `jax.jit(train)(key)` runs the whole training on the device; `jax.jit(jax.vmap(train))(keys)`
-    trains one agent per key in one program. Keyword arguments go to `Trainer` (callback,
-    callback_every, axis_name, tuning).
+    The algorithm is the config's type (`ALGORITHMS`): `PPOConfig`, `A2CConfig` or
+    `ReinforceConfig`. `jax.jit(train)(key)` runs the whole training on the device;
+    `jax.jit(jax.vmap(train))(keys)` trains one agent per key in one program. Keyword arguments go
+    to `Trainer` (callback, callback_every, axis_name, tuning).
 
-    A "gymnasium:<id>" env_id gives the host-environment bridge instead (`fusedrl.bridge.HostPPO`):
-    same parts and results format, but envs step on the host, so `train(key)` is not jittable.
+    A "gymnasium:<id>" env_id gives the host-environment bridge instead (`fusedrl.bridge.HostPPO`,
+    PPO only): same parts and results format, but envs step on the host, so `train(key)` is not
+    jittable.
     """
-    if not isinstance(config, PPOConfig):
-        raise TypeError(f"make_train takes a PPOConfig, got {type(config).__name__}.")
+    algorithm = ALGORITHMS.get(type(config))
+    if algorithm is None:
+        names = ", ".join(c.__name__ for c in ALGORITHMS)
+        raise TypeError(f"make_train takes an algorithm's config ({names}), got {type(config).__name__}.")
     if config.env_id.startswith("gymnasium:"):
+        if not isinstance(config, PPOConfig):
+            twin = config.env_id.partition(":")[2]
+            raise ValueError(f"env_id={config.env_id!r}: the host-environment bridge runs PPO only; train "
+                             f"{twin} (its JAX twin) with {type(config).__name__}, or use fusedrl.PPOConfig.")
         from fusedrl.bridge import HostPPO  # lazy: the bridge builds on the trainer
 
         return HostPPO(config, **kwargs)
-    return Trainer(config, PPO_ALGORITHM, **kwargs)
+    trainer = Trainer(config, algorithm, **kwargs)
+    config.check_env_params(trainer.env_params)  # the config's rules that need the env (before any compile)
+    return trainer
 
 
 __all__ = [
+    "ALGORITHMS",
     "EPISODE_METRICS",
     "METRIC_NAMES",
     "PPO",

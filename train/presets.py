@@ -1,15 +1,16 @@
-"""Tuned PPO hyperparameters per environment, in one readable place.
+"""Tuned hyperparameters per environment and algorithm, in one readable place.
 
-`preset(env_id, **overrides)` returns a validated `PPOConfig`. Every preset here was measured
-(see the results table in README.md and the command that reproduces each row); the budget is part
-of the preset, since PPO's learning-rate annealing ties the schedule to `total_timesteps`.
+`preset(env_id, **overrides)` returns a validated `PPOConfig`; `preset(env_id, algo="a2c")` an
+`A2CConfig` (`algo="reinforce"`: a `ReinforceConfig`). Every preset here was measured (see the
+results table in README.md and the command that reproduces each row); the budget is part of the
+preset, since learning-rate annealing ties the schedule to `total_timesteps`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fusedrl.train.config import PPOConfig
+from fusedrl.train.config import OnPolicyConfig, config_class
 
 PRESETS: dict[str, dict[str, Any]] = {
     # PureJaxRL's CartPole settings.
@@ -110,34 +111,74 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def preset_source(env_id: str) -> str | None:
-    """The key of `PRESETS` that `preset(env_id)` uses, or None.
+#: The other algorithms' presets, by `algo` ("a2c", "reinforce"), then env id (PPO's: `PRESETS`).
+ALGO_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "a2c": {
+        # SB3's A2C defaults (8 envs x 5 steps, RMSprop lr 7e-4, gae_lambda 1, ent 0, vf 0.5, grad
+        # norm 0.5), 2x64 tanh MLPs; rl-zoo trains CartPole 5e5 steps. Measured (`python -m fusedrl.bench
+        # presets --algo a2c --env CartPole-v1 [--seed 1]`, 2026-11-28, 2-CPU EPYC): greedy 500.0 ± 0.0
+        # over 4 seeds at root seeds 0 and 1 (sampled 500.0 ± 0.0 both). Acrobot-v1 with these settings
+        # (16 envs, normalize_obs) left one seed of 4 at -309: no Acrobot preset.
+        "CartPole-v1": dict(
+            num_envs=8, num_steps=5, total_timesteps=500_000, lr=7e-4, gamma=0.99, gae_lambda=1.0,
+            ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
+            optimizer="rmsprop",
+        ),
+    },
+    "reinforce": {
+        # Whole-episode rollouts (500 steps, the time limit) of 8 envs, Adam lr 3e-3 annealed, learned
+        # baseline, returns standardised per batch. No gradient clipping: the baseline's loss (on
+        # returns in the hundreds) dominates the gradient norm, so a clip at 0.5 shrinks the policy's
+        # steps with it. The annealing keeps late updates from undoing a solved policy (at a constant
+        # lr, one seed in 4 fell back to ~330 at root seed 1, and at 1e6 steps at root seed 0).
+        # Measured (`python -m fusedrl.bench presets --algo reinforce --env CartPole-v1 [--seed 1]`,
+        # 2026-11-28, 2-CPU EPYC): greedy 495.7 ± 5.7 (min seed 486.1) and 497.8 ± 3.9 (min 491.0)
+        # over 4 seeds.
+        "CartPole-v1": dict(
+            num_envs=8, num_steps=500, total_timesteps=500_000, lr=3e-3, gamma=0.99, ent_coef=0.0,
+            vf_coef=0.5, max_grad_norm=float("inf"), hidden_sizes=(64, 64), activation="tanh",
+            baseline=True, normalize_returns=True, optimizer="adam", anneal_lr=True,
+        ),
+    },
+}
+
+
+def _table(algo: str) -> dict[str, dict[str, Any]]:
+    config_class(algo)  # refuses an unknown algo, naming the valid ones
+    return PRESETS if algo == "ppo" else ALGO_PRESETS.get(algo, {})
+
+
+def preset_source(env_id: str, algo: str = "ppo") -> str | None:
+    """The key of the presets of `algo` ("ppo": `PRESETS`; else `ALGO_PRESETS[algo]`) that
+    `preset(env_id, algo=algo)` uses, or None.
 
     A "gymnasium:" id uses the preset of its JAX twin ("gymnasium:CartPole-v1": "CartPole-v1"):
     the host bridge trains the same environment (the classic-control twins match Gymnasium
     transition for transition, tests/test_env_parity.py).
     """
-    if env_id in PRESETS:
+    table = _table(algo)
+    if env_id in table:
         return env_id
     prefix, _, twin = env_id.partition(":")
-    if prefix == "gymnasium" and twin in PRESETS:
+    if prefix == "gymnasium" and twin in table:
         return twin
     return None
 
 
-def preset_fields(env_id: str) -> dict[str, Any]:
-    """The `PPOConfig` fields of `env_id`'s preset (see `preset_source`), a copy; {} if none."""
-    source = preset_source(env_id)
-    return dict(PRESETS[source]) if source else {}
+def preset_fields(env_id: str, algo: str = "ppo") -> dict[str, Any]:
+    """The config fields of `env_id`'s preset for `algo` (see `preset_source`), a copy; {} if none."""
+    source = preset_source(env_id, algo)
+    return dict(_table(algo)[source]) if source else {}
 
 
-def preset(env_id: str, **overrides) -> PPOConfig:
-    """The tuned `PPOConfig` for `env_id` (see `preset_source`), with `overrides` applied.
+def preset(env_id: str, *, algo: str = "ppo", **overrides) -> OnPolicyConfig:
+    """The tuned config of algorithm `algo` ("ppo": a `PPOConfig`, "a2c": an `A2CConfig`,
+    "reinforce": a `ReinforceConfig`) for `env_id` (see `preset_source`), with `overrides` applied.
 
-    An env without a preset gets `PPOConfig`'s defaults (PureJaxRL's) and `env_id`.
+    An env without a preset gets the config's defaults (PPO's are PureJaxRL's) and `env_id`.
     """
-    return PPOConfig(**{**preset_fields(env_id), **overrides, "env_id": env_id})
+    return config_class(algo)(**{**preset_fields(env_id, algo), **overrides, "env_id": env_id})
 
 
-def has_preset(env_id: str) -> bool:
-    return preset_source(env_id) is not None
+def has_preset(env_id: str, algo: str = "ppo") -> bool:
+    return preset_source(env_id, algo) is not None

@@ -116,7 +116,8 @@ class Algorithm(NamedTuple):
     """The parts that make an on-policy algorithm; `Trainer` supplies everything else.
 
     targets: `targets(traj, v_next, hparams) -> (advantage, target)`, each [T, N], from the [T, N]
-      rollout `traj` and V of its next observations `v_next` [T, N] (before any auto-reset).
+      rollout `traj` and V of its next observations `v_next` [T, N] (before any auto-reset); or
+      `(advantage, target, weight)`, with each transition's weight in the loss [T, N] (`Batch.weight`).
     loss: `loss(config, apply_fn, hparams, normalize_adv) -> loss_fn`, where
       `loss_fn(params, batch=Batch) -> (scalar loss, LossStats)`.
     optimizer: `optimizer(config, hparams) -> optax.GradientTransformation`.
@@ -340,7 +341,7 @@ class Trainer:
         return value.reshape(traj.reward.shape)
 
     def advantages(self, params, traj: Transition, hparams: Hyperparams, policy_state=None):
-        """The algorithm's (advantages, targets), each [T, N], of a [T, N] rollout."""
+        """The algorithm's (advantages, targets[, weights]), each [T, N], of a [T, N] rollout."""
         return self.algorithm.targets(traj, self.next_values(params, traj, policy_state), hparams)
 
     def sequence_apply(self, params, obs):
@@ -386,7 +387,7 @@ class Trainer:
         Returns (state with new params/opt_state/key/update counter, metrics dict of scalars).
         """
         key, k_learn = jax.random.split(state.key)
-        adv, targets = self.advantages(state.params, traj, hparams, policy_state)
+        adv, targets, *weight = self.advantages(state.params, traj, hparams, policy_state)
         num_steps, num_envs = traj.reward.shape
 
         if self.recurrent:  # whole sequences, env-major [N, T, ...]: minibatches are sets of envs
@@ -400,7 +401,8 @@ class Trainer:
 
             obs = flat(traj.obs)
         batch = Batch(obs=obs, action=flat(traj.action), log_prob=flat(traj.log_prob),
-                      value=flat(traj.value), advantage=flat(adv), target=flat(targets))
+                      value=flat(traj.value), advantage=flat(adv), target=flat(targets),
+                      weight=flat(weight[0]) if weight else None)
         params, opt_state, stats, steps = self.learn(state.params, state.opt_state, batch, hparams, k_learn)
         ret, length, n_done = _episode_statistics(traj, state.last_return, state.last_length)
         update = state.update + 1

@@ -35,6 +35,8 @@ _EXPORTS = {
     "TRACED_FIELDS": "fusedrl.train",
     "Hyperparams": "fusedrl.train",
     "PPOConfig": "fusedrl.train",
+    "A2CConfig": "fusedrl.train",
+    "ReinforceConfig": "fusedrl.train",
     "RunnerState": "fusedrl.train",
     "TrainResult": "fusedrl.train",
     "make_train": "fusedrl.train",
@@ -43,11 +45,13 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "A2CConfig",
     "PRESETS",
     "TRACED_FIELDS",
     "Hyperparams",
     "PPOConfig",
     "Policy",
+    "ReinforceConfig",
     "RunnerState",
     "SweepResult",
     "TrainResult",
@@ -74,8 +78,10 @@ if TYPE_CHECKING:  # static analysers and IDEs see the names as if imported here
     from fusedrl.train import (
         PRESETS,
         TRACED_FIELDS,
+        A2CConfig,
         Hyperparams,
         PPOConfig,
+        ReinforceConfig,
         RunnerState,
         TrainResult,
         make_train,

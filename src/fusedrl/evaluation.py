@@ -11,12 +11,12 @@ import numpy as np
 from fusedrl._argtypes import is_int
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.envs.registry import on_register
-from fusedrl.train.config import PPOConfig
+from fusedrl.train.config import OnPolicyConfig
 from fusedrl.train.ppo import Trainer, TrainResult, make_train
 
 
 def evaluate(
-    config: PPOConfig,
+    config: OnPolicyConfig,
     result: TrainResult,
     key: jax.Array,
     num_episodes: int = 64,
@@ -74,7 +74,7 @@ def evaluate(
     return _evaluator(config, num_episodes, greedy)(result.replace(metrics={}), key, bound)
 
 
-def _check_env_params(config: PPOConfig, result: TrainResult) -> None:
+def _check_env_params(config: OnPolicyConfig, result: TrainResult) -> None:
     """Refuses a config whose `env_params` set a value the result was not trained with: the envs
     step with the result's own params (`result.hparams.env_params`), so the config's would be
     ignored. Params that differ between the runs of a result (a sweep's axis) are not compared."""
@@ -112,7 +112,7 @@ def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int
 
 
 @functools.lru_cache(maxsize=16)
-def _evaluator(config: PPOConfig, num_episodes: int, greedy: bool):
+def _evaluator(config: OnPolicyConfig, num_episodes: int, greedy: bool):
     """`evaluate`'s program: (result, key, max_steps) -> returns. `max_steps` (an int32; < 0: no
     bound) is traced: one program serves every bound. `greedy` stays a constant: a program that can
     do both compiles the sampling too, 0.2-0.3 s more on this project's CPU for every greedy one."""
@@ -148,11 +148,11 @@ def _evaluate_any(trainer: Trainer, result: TrainResult, key: jax.Array, num_epi
     return _evaluate(trainer, result, key, num_episodes, greedy, max_steps)
 
 
-def _check_fits(config: PPOConfig, result: TrainResult, single_state) -> int:
+def _check_fits(config: OnPolicyConfig, result: TrainResult, single_state) -> int:
     """Raises ValueError, naming what differs, unless `result` was trained with a config like
     `config` (one agent's shapes, or leading run axes on every parameter). Returns the number
     of leading run axes: 0 (one agent), 1 (seeds) or more (a sweep's [seed, *axes])."""
-    fix = "Pass evaluate the PPOConfig the result was trained with."
+    fix = f"Pass evaluate the {type(config).__name__} the result was trained with."
     got, want = result.params, single_state.params
     if jax.tree.structure(got) != jax.tree.structure(want):
         raise ValueError(

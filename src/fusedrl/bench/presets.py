@@ -3,6 +3,7 @@
     python -m fusedrl.bench presets --env Acrobot-v1 [--seeds 4] [--episodes 64]
     python -m fusedrl.bench presets --all
     python -m fusedrl.bench presets --env Pendulum-v1 --set total_timesteps=2_000_000 --set lr=1e-3
+    python -m fusedrl.bench presets --algo a2c --env CartPole-v1     (A2C's and REINFORCE's presets)
 
 Each env is one program: `jax.jit(jax.vmap(make_train(preset(env))))` over `--seeds` keys, compiled
 apart (`.lower().compile()`, reported as compile time) and then run (reported as train time). Each
@@ -45,7 +46,7 @@ REFERENCE = {
 }
 
 
-def train_preset(env_id: str, seeds: int = 4, seed: int = 0, **overrides):
+def train_preset(env_id: str, seeds: int = 4, seed: int = 0, *, algo: str = "ppo", **overrides):
     """Trains `seeds` agents of `env_id`'s preset in one vmapped program, as a row does.
 
     Returns (config, result with a leading seed axis, compile_s, train_s, k_eval): the row
@@ -54,7 +55,7 @@ def train_preset(env_id: str, seeds: int = 4, seed: int = 0, **overrides):
     import fusedrl
     from fusedrl.train.presets import preset
 
-    config = preset(env_id, **overrides)
+    config = preset(env_id, algo=algo, **overrides)
     train = fusedrl.make_train(config)
     k_train, k_eval = jax.random.split(jax.random.key(seed))
     keys = jax.random.split(k_train, seeds)
@@ -62,11 +63,13 @@ def train_preset(env_id: str, seeds: int = 4, seed: int = 0, **overrides):
     return config, result, compile_s, train_s, k_eval
 
 
-def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, **overrides) -> dict:
-    """Trains `seeds` agents of `env_id`'s preset in one program and evaluates each greedily."""
+def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, *, algo: str = "ppo",
+               **overrides) -> dict:
+    """Trains `seeds` agents of `env_id`'s preset of `algo` in one program and evaluates each greedily."""
     import fusedrl
 
-    config, result, compile_s, train_s, k_eval = train_preset(env_id, seeds, seed, **overrides)
+    extra = {} if algo == "ppo" else {"algo": algo}
+    config, result, compile_s, train_s, k_eval = train_preset(env_id, seeds, seed, **extra, **overrides)
     t_eval = time.perf_counter()
     returns = np.asarray(fusedrl.evaluate(config, result, k_eval, episodes))  # [seeds, episodes]
     eval_s = time.perf_counter() - t_eval
@@ -76,6 +79,7 @@ def run_preset(env_id: str, seeds: int = 4, episodes: int = 64, seed: int = 0, *
     train_ret = np.asarray(result.metrics["episode_return"])  # [seeds, num_updates]
     return {
         "env": env_id,
+        "algo": algo,
         "env_steps": config.env_steps,
         "seeds": seeds,
         "episodes": episodes,
@@ -127,14 +131,16 @@ def _parse_set(items: Sequence[str]) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fusedrl.train.presets import PRESETS
+    from fusedrl.train.presets import ALGO_PRESETS, PRESETS
 
     p = argparse.ArgumentParser(
         prog="python -m fusedrl.bench presets", description=__doc__.splitlines()[0]
     )
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--env", help=f"env id among: {', '.join(PRESETS)}")
-    g.add_argument("--all", action="store_true", help="every preset, in sequence")
+    g.add_argument("--all", action="store_true", help="every preset of --algo, in sequence")
+    p.add_argument("--algo", choices=("ppo", "a2c", "reinforce"), default="ppo",
+                   help="the algorithm whose presets to train (default ppo)")
     p.add_argument("--seeds", type=int, default=4, help="agents trained in one vmapped program")
     p.add_argument("--episodes", type=int, default=64, help="greedy evaluation episodes per seed")
     p.add_argument("--seed", type=seed_arg, default=0, help="root PRNG seed")
@@ -144,15 +150,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1:
         p.error("--seeds and --episodes must be >= 1")
-    envs = list(PRESETS) if args.all else [args.env]
-    if not args.all and args.env not in PRESETS:
-        print(f"note: {args.env!r} has no preset; using PPOConfig defaults", file=sys.stderr)
+    table = PRESETS if args.algo == "ppo" else ALGO_PRESETS[args.algo]
+    envs = list(table) if args.all else [args.env]
+    if not args.all and args.env not in table:
+        print(f"note: {args.env!r} has no {args.algo} preset; using its config's defaults", file=sys.stderr)
     overrides = _parse_set(args.set)
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} CPUs ({cpu_model()}), "
-          f"load average {os.getloadavg()[0]:.1f}" + (f", overrides {overrides}" if overrides else ""))
+    print(f"{args.algo}: jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} CPUs "
+          f"({cpu_model()}), load average {os.getloadavg()[0]:.1f}"
+          + (f", overrides {overrides}" if overrides else ""))
     print(HEADER, flush=True)
     for env_id in envs:
-        r = run_preset(env_id, args.seeds, args.episodes, args.seed, **overrides)
+        r = run_preset(env_id, args.seeds, args.episodes, args.seed, algo=args.algo, **overrides)
         print(format_row(r), flush=True)
         if args.json:
             print(json.dumps(r), flush=True)
