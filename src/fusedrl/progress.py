@@ -57,6 +57,12 @@ class Monitor:
         self._pending: dict[int, dict[int, dict[str, float]]] = {}
         self._lock = threading.Lock()  # programs on several host threads may report at once
 
+    def stop_if_requested(self) -> None:
+        """Raises KeyboardInterrupt (the run stops here) once a Ctrl-C asked for a stop."""
+        if self.stop_requested:
+            self.interrupted = True
+            raise KeyboardInterrupt
+
     def __call__(self, metrics: dict[str, Any]) -> None:
         try:
             if self.stop_requested:
