@@ -410,7 +410,11 @@ def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams
 
         def segment_end(result):
             for i in range(streams):
-                report(i)
+                try:
+                    report(i)
+                except KeyboardInterrupt:  # a Ctrl-C: its checkpoint first, then stop (below)
+                    if dispatch.monitor is None or not dispatch.monitor.stop_requested:
+                        raise
             if on_checkpoint is not None:
                 on_checkpoint(result)
             if dispatch.monitor is not None and dispatch.monitor.stop_requested:
