@@ -118,3 +118,15 @@ def test_training_with_progress_compiles_no_host_callback():
     assert [(r["update"], r["seed"]) for r in rows] == [(u, s) for u in range(1, 5) for s in (0, 1)]
     for r in rows:
         assert r["policy_loss"] == run.result.metrics["policy_loss"][r["seed"], r["update"] - 1]
+
+
+@pytest.mark.parametrize("num_updates, checkpoint_every", [(976, 0), (1953, 0), (244, 0), (10, 3), (20, 6),
+                                                           (61, 0), (7, 0), (5000, 40)])
+def test_a_run_in_pieces_needs_one_advance_program(num_updates, checkpoint_every):
+    """One piece length divides every stretch between checkpoints (one program to compile and
+    cache), with about PIECES_PER_RUN pieces or more: the bar moves during the run."""
+    n = runs.piece_length(num_updates, checkpoint_every)
+    for _, count in runs.checkpoint_segments(num_updates, checkpoint_every):
+        assert count % n == 0, (count, n)
+    assert 1 <= n <= max(1, num_updates // runs.PIECES_PER_RUN)
+    assert runs.piece_length(976) == 16  # the CartPole preset: 61 pieces

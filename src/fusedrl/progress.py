@@ -1,4 +1,9 @@
-"""Host-side progress from inside the jitted run: per-seed metrics, a progress bar, Ctrl-C.
+"""Host-side progress of a run: per-seed metrics, a progress bar, Ctrl-C.
+
+`fusedrl.runs` trains a run with progress in pieces of updates and hands each progress update's
+per-seed rows to `Monitor` from the host, between pieces (`fusedrl.runs.report_progress`): its
+programs have no host callback, so JAX's persistent compile cache keeps them. A trainer built with
+`make_train(config, callback=...)`, and the host bridge, call `Monitor` from inside the run instead.
 
 The trainer calls its `callback(metrics)` through `jax.debug.callback`. Under `jax.vmap` (many
 seeds in one program) jax 0.10 unrolls that callback across the mapped axis: the host is called

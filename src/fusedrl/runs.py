@@ -264,7 +264,7 @@ def piece_length(num_updates: int, checkpoint_every: int = 0) -> int:
     counts = [n for _, n in checkpoint_segments(num_updates, checkpoint_every)]
     whole = functools.reduce(math.gcd, counts, 0)
     target = max(1, min(num_updates // PIECES_PER_RUN, _streams.STREAM_PIECE_UPDATES))
-    return max(d for d in range(1, min(target, whole) + 1) if whole % d == 0)
+    return max((d for d in range(1, min(target, whole) + 1) if whole % d == 0), default=1)
 
 
 def progress_updates(first: int, count: int, every: int) -> list[int]:
