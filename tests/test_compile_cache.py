@@ -10,11 +10,13 @@ import sys
 
 import pytest
 
-from fusedrl import cli, compile_cache
+from fusedrl import cli, compile_cache, runs
+from fusedrl.train import PPOConfig
 
+# Progress on (a row every update): the run trains in pieces, reported from the host between them.
 TINY = ["--env", "CartPole-v1", "--total-timesteps", "64", "--set", "num_envs=2", "--set", "num_steps=8",
         "--set", "num_minibatches=1", "--set", "update_epochs=1", "--set", "hidden_sizes=8",
-        "--progress-every", "0", "--eval-episodes", "1"]
+        "--progress-every", "1", "--eval-episodes", "1"]
 
 
 def _fusedrl(args, tmp_path, **env):
@@ -86,3 +88,45 @@ def test_describe_says_where_the_programs_came_from():
     some = compile_cache.describe(zero, {"requests": 3, "hits": 1})
     assert some == "1 of 3 programs from the compile cache"
     assert compile_cache.describe(zero, {"requests": 3, "hits": 0}) == "compiled, now in the compile cache"
+
+
+def test_training_with_progress_compiles_no_host_callback():
+    """JAX never caches a program with a host callback: the programs of a run with progress on have
+    none, and the progress rows still arrive, one per update and seed, with the result's values."""
+    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=2 * 8 * 4,
+                       num_minibatches=1, update_epochs=1, hidden_sizes=(8,))
+    rows = []
+
+    class Recorder:
+        def log(self, update, update_rows):
+            rows.extend(dict(r) for r in update_rows)
+
+        def close(self):
+            pass
+
+    run = runs.train_run(config, None, num_seeds=2, eval_episodes=1, progress=False, progress_every=1,
+                         loggers=[Recorder()])
+    programs = []
+    for key, (_, compiled) in runs._COMPILED.items():
+        if key[0] == config:
+            init, advance = compiled  # progress on: pieces (an init and one advance program)
+            programs += [init, *advance.values()]
+    assert len(programs) == 2
+    for program in programs:  # a host callback is a custom call (xla_ffi_python_cpu_callback on CPU)
+        calls = re.findall(r'custom_call_target="([^"]*)"', program.as_text())
+        assert not [c for c in calls if "callback" in c], calls
+    assert [(r["update"], r["seed"]) for r in rows] == [(u, s) for u in range(1, 5) for s in (0, 1)]
+    for r in rows:
+        assert r["policy_loss"] == run.result.metrics["policy_loss"][r["seed"], r["update"] - 1]
+
+
+@pytest.mark.parametrize("num_updates, checkpoint_every", [(976, 0), (1953, 0), (244, 0), (10, 3), (20, 6),
+                                                           (61, 0), (7, 0), (5000, 40)])
+def test_a_run_in_pieces_needs_one_advance_program(num_updates, checkpoint_every):
+    """One piece length divides every stretch between checkpoints (one program to compile and
+    cache), with about PIECES_PER_RUN pieces or more: the bar moves during the run."""
+    n = runs.piece_length(num_updates, checkpoint_every)
+    for _, count in runs.checkpoint_segments(num_updates, checkpoint_every):
+        assert count % n == 0, (count, n)
+    assert 1 <= n <= max(1, num_updates // runs.PIECES_PER_RUN)
+    assert runs.piece_length(976) == 16  # the CartPole preset: 61 pieces

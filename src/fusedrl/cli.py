@@ -322,10 +322,6 @@ def time_line(summary: dict[str, Any], wall: float, cache_before: dict[str, int]
     lines = [f"  wall {wall:.1f} s = {text} + setup and saving {other:.1f} s"]
     if cache is not None:
         lines.append(f"  programs: {cache}")
-        if compile_s is not None and summary.get("progress_every"):
-            # jax writes no cache entry for a program with host callbacks (its progress reports).
-            lines[-1] += ("; the training program reports progress through host callbacks, which JAX "
-                          "does not cache (--progress-every 0 caches it)")
     return "\n".join(lines)
 
 

@@ -1,4 +1,9 @@
-"""Host-side progress from inside the jitted run: per-seed metrics, a progress bar, Ctrl-C.
+"""Host-side progress of a run: per-seed metrics, a progress bar, Ctrl-C.
+
+`fusedrl.runs` trains a run with progress in pieces of updates and hands each progress update's
+per-seed rows to `Monitor` from the host, between pieces (`fusedrl.runs.report_progress`): its
+programs have no host callback, so JAX's persistent compile cache keeps them. A trainer built with
+`make_train(config, callback=...)`, and the host bridge, call `Monitor` from inside the run instead.
 
 The trainer calls its `callback(metrics)` through `jax.debug.callback`. Under `jax.vmap` (many
 seeds in one program) jax 0.10 unrolls that callback across the mapped axis: the host is called
@@ -56,6 +61,12 @@ class Monitor:
         self.last_update = 0
         self._pending: dict[int, dict[int, dict[str, float]]] = {}
         self._lock = threading.Lock()  # programs on several host threads may report at once
+
+    def stop_if_requested(self) -> None:
+        """Raises KeyboardInterrupt (the run stops here) once a Ctrl-C asked for a stop."""
+        if self.stop_requested:
+            self.interrupted = True
+            raise KeyboardInterrupt
 
     def __call__(self, metrics: dict[str, Any]) -> None:
         try:

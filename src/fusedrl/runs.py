@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import shutil
 import sys
@@ -37,6 +38,7 @@ import jax
 import numpy as np
 
 from fusedrl import checkpoint as ckpt
+from fusedrl import streams as _streams
 from fusedrl._argtypes import MAX_KEY_SEED, UsageError, import_modules, module_name_error, seed_error
 from fusedrl.envs import make
 from fusedrl.envs.host import is_host_env_id, jax_instead
@@ -46,7 +48,7 @@ from fusedrl.files import write_atomic, write_json
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
 from fusedrl.platform import choices_platform
 from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
-from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams, update_pieces
+from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams
 from fusedrl.train import PPOConfig, TrainResult, make_train
 from fusedrl.train.config import strong_hparams
 from fusedrl.train.ppo import has_episode
@@ -78,7 +80,7 @@ class RunOptions:
     num_seeds: int = 1
     seed: int = 0
     eval_episodes: int = 64
-    progress_every: int | None = None  # updates between host callbacks; None: about 50 per run
+    progress_every: int | None = None  # updates between progress rows; None: about 50 per run
     checkpoint_every: int = 0  # updates between checkpoints during training; 0: only the final one
     # Modules that register the run's env (`fusedrl train --import`): reading the run folder again
     # (`load_run_config`: evaluate, --resume, fusedrl.load) imports them first.
@@ -107,9 +109,9 @@ class RunOptions:
             raise ValueError(f"progress_every must be an int >= 0 (0 turns progress off), got {pe!r}.")
 
     def callback_every(self, config: PPOConfig) -> int:
-        """Updates between host callbacks; 0 means no callback at all."""
+        """Updates between progress rows (to the loggers and the bar); 0 means no progress."""
         if self.progress_every is None:
-            # About 50 callbacks per run: a smooth bar, and each callback costs ~1 ms of host time.
+            # About 50 rows per run: a smooth bar, and each row costs ~1 ms of host time.
             return max(1, config.num_updates // 50)
         return self.progress_every
 
@@ -214,50 +216,82 @@ def num_streams(num_seeds: int) -> int:
     return max(s for s in range(1, cap + 1) if num_seeds % s == 0)
 
 
-def _trainer(config: PPOConfig, callback_every: int):
-    """The trainer, reporting to `dispatch` every `callback_every` updates (0: never)."""
-    kwargs = {"callback": dispatch, "callback_every": callback_every} if callback_every else {}
-    return make_train(config, **kwargs)
-
-
-def _seeds(first_seed, num_seeds: int):
-    """The seed numbers of a share of `num_seeds` seeds starting at `first_seed` (possibly traced):
-    each seed's callback metrics carry its number as "seed", which `Monitor` sorts rows by."""
-    return first_seed + np.arange(num_seeds, dtype=np.int32)
-
-
 @functools.lru_cache(maxsize=8)
-def _program(config: PPOConfig, num_seeds: int, callback_every: int, platform: str):
-    """(trainer, jitted train of `num_seeds` seeds numbered from `first_seed`) for a static setup.
-    `platform` (`choices_platform()`, which the trainer's choices are made for) keys the cache only."""
-    train = _trainer(config, callback_every)
+def _program(config: PPOConfig, num_seeds: int, platform: str):
+    """(trainer, jitted train of `num_seeds` seeds `train_seeds(keys, hparams)`) for a static setup.
+    `platform` (`choices_platform()`, which the trainer's choices are made for) keys the cache only.
 
-    def train_seeds(keys, hparams, first_seed):
-        def one(key, seed):
-            return train.run(train.init(key, hparams), hparams, callback_extra={"seed": seed})
+    No program of a run has a host callback: JAX's persistent compile cache never stores a program
+    that has one, and progress comes from the metrics of the pieces instead (`compiled_run`)."""
+    train = make_train(config)
 
-        return _strong(jax.vmap(one)(keys, _seeds(first_seed, num_seeds)))
+    def train_seeds(keys, hparams):
+        return _strong(jax.vmap(lambda key: train.run(train.init(key, hparams), hparams))(keys))
 
     return train, jax.jit(train_seeds)
 
 
 @functools.lru_cache(maxsize=8)
-def _pieces_program(config: PPOConfig, num_seeds: int, callback_every: int, platform: str):
+def _pieces_program(config: PPOConfig, num_seeds: int, platform: str):
     """`_program` for a share run in pieces of updates (`fusedrl.streams`): (trainer, jitted
-    `init(keys, hparams)`, jitted `advance(states, hparams, first_seed, first_update, num_updates)`,
-    the last static)."""
-    train = _trainer(config, callback_every)
+    `init(keys, hparams)`, jitted `advance(states, hparams, first_update, num_updates)`, the last
+    static)."""
+    train = make_train(config)
 
     def init(keys, hparams):
         return jax.vmap(train.init, in_axes=(0, None))(keys, hparams)
 
-    def advance(states, hparams, first_seed, first_update, num_updates):
-        def one(state, seed):
-            return train.run(state, hparams, num_updates, first_update, callback_extra={"seed": seed})
+    def advance(states, hparams, first_update, num_updates):
+        def one(state):
+            return train.run(state, hparams, num_updates, first_update)
 
-        return _strong(jax.vmap(one)(states, _seeds(first_seed, num_seeds)))
+        return _strong(jax.vmap(one)(states))
 
-    return train, jax.jit(init), jax.jit(advance, static_argnums=4)
+    return train, jax.jit(init), jax.jit(advance, static_argnums=3)
+
+
+#: About this many pieces per run when a run is trained in pieces (progress, several host threads,
+#: checkpoints): the progress bar moves at each piece's end, and each piece costs one launch.
+PIECES_PER_RUN = 50
+
+
+def piece_length(num_updates: int, checkpoint_every: int = 0) -> int:
+    """Updates per piece of a run trained in pieces: the largest length of at most `num_updates /
+    PIECES_PER_RUN` (and `fusedrl.streams.STREAM_PIECE_UPDATES`) that divides every stretch between
+    checkpoints (`checkpoint_segments`), so that one advance program serves the whole run. It
+    depends on the run's config and checkpoint interval only, never on where a resumed run starts,
+    its progress interval or the host threads: the same run is the same pieces, bit for bit."""
+    counts = [n for _, n in checkpoint_segments(num_updates, checkpoint_every)]
+    whole = functools.reduce(math.gcd, counts, 0)
+    target = max(1, min(num_updates // PIECES_PER_RUN, _streams.STREAM_PIECE_UPDATES))
+    return max((d for d in range(1, min(target, whole) + 1) if whole % d == 0), default=1)
+
+
+def progress_updates(first: int, count: int, every: int) -> list[int]:
+    """The updates (1-based) among updates `first`+1 ... `first`+`count` that report progress:
+    every `every`-th of the run (none when `every` is 0)."""
+    if every <= 0:
+        return []
+    return list(range(first + every - first % every, first + count + 1, every))
+
+
+def report_progress(metrics: Mapping[str, Any], first: int, every: int, first_seed: int = 0) -> None:
+    """Hands the rows of the progress updates among a piece's updates `first`+1 ... (metrics
+    [seeds, updates] of seeds numbered from `first_seed`) to the running `Monitor`, one call per
+    update and seed, as the trainer's callback would from inside the program; nothing when no
+    monitor is active. The monitor raises KeyboardInterrupt there once a Ctrl-C asked it to stop."""
+    monitor = dispatch.monitor
+    if monitor is None:
+        return
+    monitor.stop_if_requested()  # a Ctrl-C: stop at the end of this piece, with or without a row
+    count = int(np.shape(metrics["env_steps"])[1])
+    updates = progress_updates(first, count, every)
+    if not updates:
+        return
+    values = jax.device_get({k: metrics[k] for k in sorted(metrics)})
+    for update in updates:
+        for s in range(values["env_steps"].shape[0]):
+            monitor({**{k: v[s, update - first - 1] for k, v in values.items()}, "seed": first_seed + s})
 
 
 def _strong(result: TrainResult) -> TrainResult:
@@ -295,42 +329,46 @@ def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams
 
     `run` splits the seeds over `streams` host threads (default `num_streams`), each calling the
     same compiled programs on its consecutive share. One share trained from the start without
-    checkpoints is one program; otherwise each share runs in pieces of updates
-    (`fusedrl.streams.update_pieces`), one execution per piece, and all shares stop together at every
+    checkpoints or progress (`callback_every=0`) is one program; otherwise each share runs in
+    pieces of `piece_length` updates, one execution per piece, and all shares stop together at every
     checkpoint (`checkpoint_segments`): `on_checkpoint(result so far)` is called there, with the
     metrics from `start_update` on. `states` (leaves [num_seeds, ...]) continues a run at update
     `start_update` (a restored checkpoint) instead of starting one from `keys`.
 
+    Progress: every `callback_every` updates, the rows of that update reach the running `Monitor`
+    (`dispatch.active`) from the host, once the piece that holds it has ended (`report_progress`);
+    the first Ctrl-C (`interrupt_guard`) stops the run at the end of a piece. No compiled program
+    has a host callback, so every one of them is stored in JAX's persistent compile cache.
+
     Pieces compile separately from the one-program run, so their results agree with it to float32
-    rounding, not bit for bit; the same pieces (a resumed run and the same run uninterrupted) agree
-    exactly.
+    rounding, not bit for bit; the same pieces (a resumed run and the same run uninterrupted, or the
+    same run with another progress interval) agree exactly.
     """
     streams = num_streams(num_seeds) if streams is None else int(streams)
     if num_seeds % streams:
         raise ValueError(f"streams={streams} must divide num_seeds={num_seeds}.")
     per = num_seeds // streams
     segments = checkpoint_segments(config.num_updates, checkpoint_every, start_update)
-    whole = streams == 1 and len(segments) == 1 and start_update == 0
+    whole = streams == 1 and len(segments) == 1 and start_update == 0 and not callback_every
     if whole:
         plan = None
-    else:  # each segment in pieces: a share's pieces (several shares at once) or the segment itself
-        plan = [[(first + f, n) for f, n in update_pieces(count)] if streams > 1 else [(first, count)]
-                for first, count in segments]
+    else:  # each segment in pieces of one length (one advance program)
+        n = piece_length(config.num_updates, checkpoint_every)
+        plan = [[(f, n) for f in range(first, first + count, n)] for first, count in segments]
     platform = choices_platform()  # the trainer's choices differ by platform: so do its programs
-    cache_key = (config, per, callback_every, None if plan is None else tuple(map(tuple, plan)), platform)
+    cache_key = (config, per, None if plan is None else tuple(map(tuple, plan)), platform)
     seconds = 0.0
     if cache_key not in _COMPILED:
         keys = jax.ShapeDtypeStruct((per,), jax.random.key(0).dtype)
         t = time.perf_counter()
         if whole:
-            train, jitted = _program(config, per, callback_every, platform)
-            compiled = jitted.lower(keys, train.default_hparams(), 0).compile()
+            train, jitted = _program(config, per, platform)
+            compiled = jitted.lower(keys, train.default_hparams()).compile()
         else:
-            train, init, advance = _pieces_program(config, per, callback_every, platform)
+            train, init, advance = _pieces_program(config, per, platform)
             hparams = train.default_hparams()
-            first_seed = jax.ShapeDtypeStruct((), np.int32)
             pieces = [p for seg in plan for p in seg]
-            compiled = compile_in_pieces(init, (keys, hparams), advance, (hparams, first_seed), pieces)
+            compiled = compile_in_pieces(init, (keys, hparams), advance, (hparams,), pieces)
         seconds = time.perf_counter() - t
         if len(_COMPILED) >= 8:
             _COMPILED.pop(next(iter(_COMPILED)))
@@ -341,28 +379,54 @@ def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams
         if whole:
             if states is not None:
                 raise ValueError("states continue a run at start_update > 0; this program starts one.")
-            return compiled(keys, hparams, 0)
+            return compiled(keys, hparams)
         if states is None and start_update:
             raise ValueError(f"a run continued at update {start_update} needs the states to continue.")
         init, advance = compiled
+        # Each share's latest piece (first update, metrics), reported once the next is launched:
+        # the device runs a piece while the host writes the rows of the one before.
+        unreported: dict[int, tuple[int, Any]] = {}
+
+        def report(i):
+            if i in unreported:
+                first, metrics = unreported.pop(i)
+                report_progress(metrics, first, callback_every, i * per)
+
+        def advance_share(i, share, first, n):
+            out = advance[n](share, hparams, np.int32(first))
+            try:
+                report(i)
+            except BaseException:
+                jax.block_until_ready(out)  # leave no piece running (see continue_in_pieces)
+                raise
+            unreported[i] = (first, out.metrics)
+            return out
 
         def on_error(e):
             # Ctrl-C (or a KeyboardInterrupt from a logger) in one share: the others stop at
-            # their next callback. Other errors are left to surface as themselves.
+            # their next piece. Other errors are left to surface as themselves.
             if is_interrupt(e) and dispatch.monitor is not None:
                 dispatch.monitor.stop_requested = True
 
-        def checkpoint(result):
-            on_checkpoint(result)
+        def segment_end(result):
+            for i in range(streams):
+                try:
+                    report(i)
+                except KeyboardInterrupt:  # a Ctrl-C: its checkpoint first, then stop (below)
+                    if dispatch.monitor is None or not dispatch.monitor.stop_requested:
+                        raise
+            if on_checkpoint is not None:
+                on_checkpoint(result)
             if dispatch.monitor is not None and dispatch.monitor.stop_requested:
                 raise KeyboardInterrupt  # a Ctrl-C during the stretch: stop at its checkpoint
 
         result = drive(
             lambda i: init(keys[i * per:(i + 1) * per], hparams),
-            lambda i, share, first, n: advance[n](share, hparams, np.int32(i * per), np.int32(first)),
-            streams, plan, states=states, between=None if on_checkpoint is None else checkpoint,
+            advance_share, streams, plan, states=states, between=segment_end,
             on_error=on_error, thread_name_prefix="fusedrl-run",
         )
+        for i in range(streams):
+            report(i)
         if result is None:  # nothing left to train
             return TrainResult(state=states, metrics={}, hparams=hparams)
         return result
@@ -403,7 +467,7 @@ def train_run(
         as keywords.
       overwrite: replace an existing run folder (otherwise it is refused before any work).
       progress: show the live progress bar (needs `options.progress_every != 0`).
-      loggers: extra loggers (`log(update, rows)`, `close()`) fed by the progress callback, or
+      loggers: extra loggers (`log(update, rows)`, `close()`) fed the progress rows, or
         factories `f(run_folder) -> logger` called once the folder is ready.
       progress_file: where the bar is drawn (default stderr).
 
@@ -597,7 +661,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
                 result = result.replace(metrics=join_updates([resumed.metrics, result.metrics]))
         run_s = time.perf_counter() - t
         if every and monitor.last_update < config.num_updates:
-            # Callbacks come every `every` updates; the bar and the loggers still end on the last.
+            # Rows come every `every` updates; the bar and the loggers still end on the last.
             last = jax.device_get({k: v[:, -1:] for k, v in result.metrics.items()})
             rows = metrics_to_rows(last, first_update=config.num_updates)
             for sink in sinks:
@@ -688,9 +752,9 @@ def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monito
 
 
 def _stop_guard(monitor: Monitor, every: int, num_updates: int):
-    """`interrupt_guard` (the first Ctrl-C stops the run at its next callback) if callbacks come at
-    all (`every` updates apart, from update `every`); without them Ctrl-C interrupts as usual, rather
-    than being held for a callback that never comes."""
+    """`interrupt_guard` (the first Ctrl-C stops the run at its next progress row, or the end of a
+    piece) if rows come at all (`every` updates apart, from update `every`); without them Ctrl-C
+    interrupts as usual, rather than being held for a row that never comes."""
     return interrupt_guard(monitor) if 0 < every <= num_updates else contextlib.nullcontext()
 
 
