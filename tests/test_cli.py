@@ -1122,7 +1122,7 @@ def test_seeds_that_would_repeat_other_seeds_keys_are_refused(tmp_path):
     code, _, err = run_cli("evaluate", tmp_path / "missing", "--seed", "-1")
     assert code == 2 and "argument --seed: expected a seed from 0 to 4294967295, got -1" in err, err
     code, _, err = run_cli("evaluate", tmp_path / "missing", "--seed", str(MAX_SEED + 1))
-    assert "is not a fusedrl run folder" in err and "--seed" not in err, err
+    assert "does not exist" in err and "--seed" not in err, err  # the folder, not the seed
     # A run folder whose config.json holds such a seed names the field and the file.
     runs.write_json(tmp_path / "config.json", runs.config_document(preset("CartPole-v1"), runs.RunOptions()))
     doc = json.loads((tmp_path / "config.json").read_text())
