@@ -69,7 +69,7 @@ def small():
 # ------------------------------------------------------------------------------------- train
 def test_train_builds_the_program_a_gpu_runs(small, monkeypatch):
     config, train, jitted, hp, _ = small
-    assert train.tuning == Tuning() and not train.values_after_loop
+    assert train.tuning == Tuning()
     key = jax.random.key(0)
     assert BARRIER not in jitted.lower(key, hp).as_text()
     # What the check looks for: the CPU's choices put the barrier in the same config's program.

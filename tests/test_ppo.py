@@ -446,7 +446,7 @@ def test_every_speed_choice_off_trains_the_same_agent(small):
     """`Tuning()` (every speed choice off: the program an accelerator runs today) trains the agent
     the resolved CPU choices train, up to float rounding."""
     _, train, _, result = small
-    assert train.tuning != Tuning() and train.tuning.cpu_weight_grad and train.values_after_loop
+    assert train.tuning != Tuning() and train.tuning.cpu_weight_grad
     plain = jax.jit(make_train(small[0], tuning=Tuning()))(jax.random.key(0))
     _assert_same_metrics(plain, result)
 
@@ -455,9 +455,9 @@ def test_tuning_depends_on_the_backend_and_sizes_only():
     assert resolve_tuning("gpu", num_envs=4, batch_size=512) == Tuning()
     assert resolve_tuning("tpu", num_envs=2048, batch_size=32768) == Tuning()
     cpu = resolve_tuning("cpu", num_envs=4, batch_size=512)
-    assert cpu.values_after_loop and not cpu.shuffle_ahead and cpu.cpu_weight_grad
+    assert not cpu.shuffle_ahead and cpu.cpu_weight_grad
     wide = resolve_tuning("cpu", num_envs=2048, batch_size=32768)
-    assert not wide.values_after_loop and wide.shuffle_ahead
+    assert wide.shuffle_ahead
     with pytest.raises(TypeError, match="tuning must be a fusedrl.train.tuning.Tuning"):
         make_train(PPOConfig(**SMALL), tuning={"shuffle_ahead": True})
     with pytest.raises(TypeError, match="shuffle_ahead must be True or False"):
@@ -792,18 +792,14 @@ def test_rollout_stores_the_log_prob_and_value_of_the_sampled_action():
     np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6)
 
 
-def test_values_leave_the_rollout_loop_only_for_the_built_in_network_and_narrow_rollouts(net_module):
-    # The built-in ActorCritic's critic has a torso of its own: on CPU a rollout of at most 256 envs
-    # computes V(obs) in one batched call after its step loop, where actions need only the actor. A
-    # user's network may share its torso with the actor (it would run twice), so its values come
-    # from the loop, as do those of wider rollouts. Either way the rollout stores V of the
-    # observation acted on, not of the one after it.
+def test_the_rollout_stores_the_value_of_the_observation_acted_on(net_module):
+    # V of the observation the action was chosen on, not of the one after it, for the built-in
+    # network and for a user's network whose actor and critic share a torso.
     net_module("loop_value_nets")
-    for network, num_envs, after in ((None, 4, True), (None, 257, False), ("loop_value_nets:net", 4, False)):
-        config = PPOConfig(**{**SMALL, "num_envs": num_envs, "num_steps": 8, "total_timesteps": num_envs * 8,
+    for network in (None, "loop_value_nets:net"):
+        config = PPOConfig(**{**SMALL, "num_envs": 4, "num_steps": 8, "total_timesteps": 4 * 8,
                               "num_minibatches": 1, "network": network})
         train = make_train(config)
-        assert train.values_after_loop is after, (network, num_envs)
         hp = train.default_hparams()
 
         @jax.jit
@@ -814,8 +810,8 @@ def test_values_leave_the_rollout_loop_only_for_the_built_in_network_and_narrow_
             return traj, train.network.apply(state.params, flat)[1].reshape(traj.value.shape)
 
         traj, value = roll(jax.random.key(0))
-        assert traj.value.shape == (8, num_envs)
-        np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6, err_msg=f"{network}, {num_envs}")
+        assert traj.value.shape == (8, 4)
+        np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6, err_msg=f"{network}")
 
 
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])

@@ -40,7 +40,7 @@ def batched_values(apply_fn: Callable, params, obs: jax.Array) -> jax.Array:
 
 def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, policy_state, env_params: Any,
             key: jax.Array, *, num_steps: int, noise: Callable, tuning: Tuning,
-            values_after_loop: Callable | None, reset_policy_state: Callable):
+            reset_policy_state: Callable):
     """Steps the envs `num_steps` times with the policy.
 
     `policy_step(params, policy_state, obs) -> (policy_state, pi, value)` is one policy call on a
@@ -52,9 +52,6 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
     sampling noise (`noise(key, num_steps)`, from the policy distribution's `noise`) and, when the
     env finds it worth it, the envs' reset states and step keys (`venv.rollout_draws`). Inside the
     loop there are no random numbers and no branches (see `fusedrl.envs.vector`).
-
-    With `values_after_loop` (a function of params and [T, N, ...] observations) the loop keeps only
-    the actions (XLA drops an unused critic) and V of the observations comes from it after the loop.
 
     Returns:
       (env_state, obs, policy_state, traj): after the last step, and the `Transition`s stacked to
@@ -73,7 +70,7 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
             obs=obs,
             action=action,
             log_prob=pi.log_prob(action),
-            value=None if values_after_loop else value,
+            value=value,
             reward=reward,
             terminated=terminated,
             done=done,
@@ -89,8 +86,6 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
     (env_state, obs, policy_state), traj = jax.lax.scan(
         step, (env_state, obs, policy_state), (noise(k_noise, num_steps), draws)
     )
-    if values_after_loop:
-        traj = traj._replace(value=values_after_loop(params, traj.obs))
     return env_state, obs, policy_state, traj
 
 

@@ -27,7 +27,7 @@ from fusedrl._warnings import warn_user
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
-from fusedrl.networks import ActorCritic, RecurrentActorCritic, build_network
+from fusedrl.networks import RecurrentActorCritic, build_network
 from fusedrl.platform import choices_platform
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
@@ -198,9 +198,6 @@ class Trainer:
                                      obs_shape=obs_shape, obs_example=jax.ShapeDtypeStruct(flat, jnp.float32),
                                      cpu_weight_grad=tuning.cpu_weight_grad)
         self.recurrent = isinstance(self.network, RecurrentActorCritic)
-        # A user's network may share its torso between actor and critic: its values always come
-        # from the rollout's own calls.
-        self.values_after_loop = tuning.values_after_loop and isinstance(self.network, ActorCritic)
 
     # ----------------------------------------------------------------------------------- pieces
     def default_hparams(self) -> Hyperparams:
@@ -320,7 +317,6 @@ class Trainer:
         env_state, obs, policy_state, traj = rollout(
             self.policy_step, state.params, venv, state.env_state, state.obs, state.policy_state,
             hparams.env_params, key, num_steps=self.config.num_steps, noise=self.noise, tuning=self.tuning,
-            values_after_loop=self.values if self.values_after_loop else None,
             reset_policy_state=self.reset_policy_state,
         )
         return state.replace(env_state=env_state, obs=obs, policy_state=policy_state), traj

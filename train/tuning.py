@@ -22,9 +22,6 @@ class Tuning:
     """How the fused trainer computes one update (see the module docstring).
 
     Fields:
-      values_after_loop: compute V(obs) of the rollout in one batched call after the step loop
-        instead of at each step (only with the built-in actor-critic, whose critic has its own
-        torso: a user's network may share it with the actor, which the call would run twice).
       shuffle_ahead: draw each epoch's minibatch permutation one epoch ahead, so that XLA can
         overlap the sort with the previous epoch's gradient steps (same permutations either way).
       cpu_weight_grad: the built-in network's layers compute their weight gradient with the narrower
@@ -34,13 +31,12 @@ class Tuning:
         not a speed trick but a memory bound: above it envs reset from their per-env pool.
     """
 
-    values_after_loop: bool = False
     shuffle_ahead: bool = False
     cpu_weight_grad: bool = False
     predraw_max_bytes: int = 256 * 2**20
 
     def __post_init__(self):
-        for name in ("values_after_loop", "shuffle_ahead", "cpu_weight_grad"):
+        for name in ("shuffle_ahead", "cpu_weight_grad"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Tuning.{name} must be True or False, got {getattr(self, name)!r}.")
         if not isinstance(self.predraw_max_bytes, int) or self.predraw_max_bytes < 0:
@@ -53,7 +49,6 @@ def resolve_tuning(backend: str, *, num_envs: int, batch_size: int) -> Tuning:
     if backend != "cpu":
         return Tuning()
     return Tuning(
-        values_after_loop=num_envs <= 256,
         shuffle_ahead=batch_size > 4096,
         cpu_weight_grad=True,
     )

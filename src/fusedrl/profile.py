@@ -8,8 +8,7 @@ times with `block_until_ready`; the table reports medians.
 
 fused: the update is one jitted program. Its pieces are jitted separately on the same state:
   env      a `lax.scan` of num_steps vectorised env steps with random actions
-  policy   a `lax.scan` of num_steps policy calls (forward, sample, log-prob), with the values in
-           one call after it where the rollout computes them so (`PPO.values_after_loop`)
+  policy   a `lax.scan` of num_steps policy calls (forward, sample, log-prob, value)
   rollout  the trainer's real rollout (env and policy interleaved in one scan); the row
            "rollout: fusion" is rollout - env - policy (negative when XLA overlaps them)
   gae      the trainer's `advantages` (value of the next observations + GAE)
@@ -114,26 +113,18 @@ def _random_actions(space, key, n: int):
     return jax.random.uniform(key, (n,) + tuple(space.shape), jnp.float32, -1.0, 1.0)
 
 
-def _policy_scan(trainer, num_steps: int, values_after_loop: bool = False):
-    """num_steps policy calls in one jitted scan; obs drift slightly so nothing is hoisted. With
-    `values_after_loop` (the fused rollout's choice, `Trainer.values_after_loop`), as in the rollout:
-    the actor in the loop, the values in one batched call over its observations after it."""
+def _policy_scan(trainer, num_steps: int):
+    """num_steps policy calls in one jitted scan, as in the rollout; obs drift slightly so nothing
+    is hoisted."""
 
     def fn(params, obs, key):
         def step(carry, k):
             obs = carry
             pi, value = trainer.network.apply(params, obs)
             action = pi.sample(k)
-            log_prob = pi.log_prob(action)
-            if values_after_loop:
-                return obs + 1e-6 * log_prob[:, None], (action, log_prob, obs)
-            return obs + 1e-6 * value[:, None], (action, log_prob)
+            return obs + 1e-6 * value[:, None], (action, pi.log_prob(action))
 
-        last, out = jax.lax.scan(step, obs, jax.random.split(key, num_steps))
-        if values_after_loop:
-            action, log_prob, seen = out
-            return last, (action, log_prob, trainer.values(params, seen))
-        return last, out
+        return jax.lax.scan(step, obs, jax.random.split(key, num_steps))
 
     return jax.jit(fn)
 
@@ -159,7 +150,7 @@ def profile_fused(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
 
         return jax.lax.scan(step, env_state, jax.random.split(key, c.num_steps))
 
-    policy = _policy_scan(trainer, c.num_steps, trainer.values_after_loop)
+    policy = _policy_scan(trainer, c.num_steps)
     advantages = jax.jit(trainer.advantages)
     learn = jax.jit(trainer.learn)
 

@@ -20,7 +20,7 @@ import statistics
 import time
 
 #: The choices and the value that turns each on.
-CHOICES = {"values_after_loop": True, "shuffle_ahead": True, "cpu_weight_grad": True}
+CHOICES = {"shuffle_ahead": True, "cpu_weight_grad": True}
 
 #: Steps per rollout for each env count: PureJaxRL's 128 at 4 envs, shorter rollouts for more envs
 #: (so that 64 agents of 2048 envs stay at half a million transitions per update).
