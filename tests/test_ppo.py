@@ -48,6 +48,7 @@ def test_config_derived_values():
         (dict(num_envs=2.0), TypeError, ["num_envs", "int"]),
         (dict(total_timesteps=100), ValueError, ["total_timesteps", "num_envs * num_steps"]),
         (dict(lrr=1e-3), TypeError, ["'lrr'", "Did you mean 'lr'"]),
+        (dict(learning_rate=1e-3), TypeError, ["'learning_rate'", "Did you mean 'lr'"]),  # cleanrl's, SB3's
         (dict(gamma=1.5), ValueError, ["gamma", "(0, 1]"]),
         (dict(lr="fast"), TypeError, ["lr", "number"]),
         (dict(activation="sigmoid"), ValueError, ["activation", "tanh"]),

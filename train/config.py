@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl._argtypes import is_int
+from fusedrl._suggest import close_names
 
 
 def traced(default: float):
@@ -624,7 +625,7 @@ def _check_names(config_cls, d: Mapping[str, Any]) -> None:
             raise TypeError(f"{config_cls.__name__} has no field {name!r}: {name} is a field of "
                             f"{' and '.join(owners)}{'; ' + note if note else ''}. Valid fields: "
                             f"{', '.join(valid)}.")
-        close = difflib.get_close_matches(name, valid, n=3)
+        close = close_names(name, valid)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         raise TypeError(f"{config_cls.__name__} has no field {name!r}.{hint} Valid fields: "
                         f"{', '.join(valid)}.")
