@@ -52,3 +52,45 @@ def test_positive_int_refuses_non_positive(text):
     with pytest.raises(argparse.ArgumentTypeError, match="positive integer"):
         positive_int(text)
     assert positive_int("1") == 1
+
+
+def test_set_takes_the_fields_of_each_algorithms_config():
+    from fusedrl.train import A2CConfig, PPOConfig, ReinforceConfig
+
+    a2c = parse_overrides(["optimizer=adam", "rmsprop_alpha=0.9", "normalize_adv=on", "gae_lambda=1"],
+                          config_cls=A2CConfig)
+    assert a2c == {"optimizer": "adam", "rmsprop_alpha": 0.9, "normalize_adv": True, "gae_lambda": 1.0}
+    assert type(a2c["gae_lambda"]) is float
+    reinforce = parse_overrides(["baseline=false", "normalize_returns=0", "rmsprop_eps=1e-6"],
+                                config_cls=ReinforceConfig)
+    assert reinforce == {"baseline": False, "normalize_returns": False, "rmsprop_eps": 1e-6}
+    ReinforceConfig(**reinforce)  # valid values of the right types
+    ppo = parse_overrides(["recurrent=gru", "recurrent_size=1e2"], config_cls=PPOConfig)
+    assert ppo == {"recurrent": "gru", "recurrent_size": 100} and type(ppo["recurrent_size"]) is int
+    assert parse_overrides(["recurrent=none"]) == {"recurrent": None}  # PPOConfig's by default
+    with pytest.raises(UsageError, match="baseline expects true or false"):
+        parse_overrides(["baseline=maybe"], config_cls=ReinforceConfig)
+    with pytest.raises(UsageError, match="recurrent_size expects an integer"):
+        parse_overrides(["recurrent_size=1.5"])
+    with pytest.raises(UsageError, match="rmsprop_alpha expects a number"):
+        parse_overrides(["rmsprop_alpha=high"], config_cls=A2CConfig)
+
+
+@pytest.mark.parametrize("item, cls, words", [
+    ("clip_eps=0.1", "A2CConfig", ["A2CConfig has no field 'clip_eps'",
+                                   "a field of PPOConfig (algorithm ppo)", "A2C has no clipping",
+                                   "Valid fields: env_id"]),
+    ("gae_lambda=0.9", "ReinforceConfig", ["ReinforceConfig has no field 'gae_lambda'",
+                                           "PPOConfig and A2CConfig (algorithm ppo or a2c)", "Monte-Carlo"]),
+    ("baseline=false", "PPOConfig", ["PPOConfig has no field 'baseline'",
+                                     "ReinforceConfig (algorithm reinforce)"]),
+    ("optimiser=adam", "A2CConfig", ["unknown field 'optimiser' (A2CConfig has no such field)",
+                                     "Did you mean 'optimizer'"]),
+])
+def test_set_names_the_algorithm_a_field_belongs_to(item, cls, words):
+    import fusedrl.train
+
+    with pytest.raises(UsageError) as info:
+        parse_overrides([item], config_cls=getattr(fusedrl.train, cls))
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fusedrl import checkpoint as ckpt
-from fusedrl.train import PPOConfig, make_train
+from fusedrl.train import A2CConfig, PPOConfig, ReinforceConfig, make_train
 
 # Both normalisers on, so their statistics are part of what must survive the round trip.
 SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
@@ -293,3 +293,61 @@ def test_metrics_saved_with_a_checkpoint(runs, tmp_path):
     lists = r"holds \[.*'approx_kl'.*\], but meta.json lists \['entropy'\]"
     with pytest.raises(ckpt.CheckpointError, match=lists):
         ckpt.restore_metrics(other)
+
+
+# A2C and REINFORCE runs: their configs' own fields (optimizer, baseline, ...) and optimiser states
+# survive the round trip. REINFORCE's rollouts must reach the time limit, so it is cut to num_steps.
+OTHER_ALGOS = {
+    "a2c": (A2CConfig, dict(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6,
+                            hidden_sizes=(16,), normalize_obs=True, normalize_adv=True)),
+    "reinforce": (ReinforceConfig, dict(env_id="CartPole-v1", num_envs=4, num_steps=16,
+                                        total_timesteps=4 * 16 * 6, hidden_sizes=(16,), optimizer="rmsprop",
+                                        env_params={"max_steps_in_episode": 16})),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("algo", sorted(OTHER_ALGOS))
+def test_other_algorithms_save_restore_resume_and_load(algo, tmp_path):
+    from fusedrl import policy
+
+    cls, fields = OTHER_ALGOS[algo]
+    config = cls(**fields)
+    train = make_train(config)
+    hp = train.default_hparams()
+    key = jax.random.key(3)
+    full = jax.jit(train)(key, hp)
+    run = jax.jit(train.run, static_argnums=2)
+    half = run(jax.jit(train.init)(key, hp), hp, HALF)
+    path = ckpt.save(tmp_path / "checkpoint", config, half.state, half.hparams)
+    assert json.loads((path / "meta.json").read_text())["algo"] == algo
+    restored_config, state, hparams, _ = ckpt.restore(path)
+    assert type(restored_config) is cls and restored_config == config
+    assert ckpt.restore(path, config)[0] == config
+    rest = run(state, hparams, HALF)  # the same program continues the run exactly
+    for name, value in _leaves(full.state).items():
+        np.testing.assert_array_equal(_leaves(rest.state)[name], value, err_msg=name)
+    # Expecting another algorithm's config names the algorithm first.
+    with pytest.raises(ckpt.CheckpointError, match=rf"differing field\(s\):\n  algo: checkpoint has "
+                                                   rf"'{algo}', expected 'ppo'"):
+        ckpt.restore(path, PPOConfig(**SMALL))
+    with pytest.warns(RuntimeWarning, match="holds update 3 of 6"):
+        pi = policy.load(path)
+    assert type(pi.config) is cls
+    for a, b in zip(jax.tree.leaves(pi.params), jax.tree.leaves(half.state.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert pi.act(np.zeros(4, np.float32)).shape == ()
+
+
+def test_a_checkpoint_without_its_algorithm_is_ppo_and_an_unknown_one_is_refused(runs, tmp_path):
+    config, _, half, path = runs
+    assert json.loads((path / "meta.json").read_text())["algo"] == "ppo"
+    old = _copy_with_meta(path, tmp_path / "old", lambda m: m.pop("algo"))  # as written before "algo"
+    restored_config, state, _, _ = ckpt.restore(old, config)
+    assert type(restored_config) is PPOConfig and restored_config == config
+    for name, value in _leaves(half.state).items():
+        np.testing.assert_array_equal(_leaves(state)[name], value, err_msg=name)
+    other = _copy_with_meta(path, tmp_path / "other", lambda m: m.update(algo="dqn"))
+    unknown = r"of algorithm 'dqn', which this fusedrl .* does not know; it knows 'ppo', 'a2c', 'reinforce'"
+    with pytest.raises(ckpt.CheckpointError, match=unknown):
+        ckpt.restore(other)

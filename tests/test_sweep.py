@@ -1265,3 +1265,69 @@ def test_a_replaced_env_is_never_run_through_the_programs_of_the_env_it_replaced
     names = ["train_run", "train_run in pieces", "sweep", "evaluate"]
     for what, q, lo in zip(names, quiet, loud, strict=True):
         np.testing.assert_allclose(lo, 100 * np.asarray(q), rtol=1e-6, err_msg=what)
+
+
+# ------------------------------------------------------------------------ other algorithms
+A2C_SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, hidden_sizes=(16,))
+
+
+def test_an_a2c_config_sweeps_its_traced_fields():
+    from fusedrl.train import A2CConfig, ReinforceConfig
+
+    config = A2CConfig(**A2C_SMALL)
+    r = sweep(config, 1, lr=LRS[:2], gae_lambda=[0.9], key=jax.random.key(7))
+    assert r.dims == ("seed", "lr", "gae_lambda") and r.shape == (1, 2, 1)
+    train = jax.jit(make_train(config))
+    for lr in LRS[:2]:
+        hp = r.hparams(lr=LRS.index(lr), gae_lambda=0)
+        assert float(hp.gae_lambda) == np.float32(0.9) and type(r.config) is A2CConfig
+        single = train(r.seed_keys[0], hp)
+        part = r.sel(seed=0, lr=lr, gae_lambda=0.9)
+        assert_runs_match(part.metrics, single.metrics, part.result.params, single.params)
+    # PPO's fields are not A2C's: the error names A2C's class.
+    with pytest.raises(ValueError, match="unknown sweep axis 'clip_eps'"):
+        sweep(config, lr=LRS[:2], clip_eps=[0.1, 0.2])
+    with pytest.raises(ValueError, match="it is a static field of A2CConfig"):
+        sweep(config, rmsprop_alpha=[0.9, 0.99])
+    # REINFORCE's sweepable names are its own (no gae_lambda), checked before anything compiles.
+    reinforce = ReinforceConfig(**{**A2C_SMALL, "env_params": {"max_steps_in_episode": 8}})
+    with pytest.raises(ValueError, match=r"unknown sweep axis 'gae_lambda'.*Sweepable .*: lr, gamma, "
+                                         r"ent_coef, vf_coef, max_grad_norm"):
+        sweep_program.check_sweep(reinforce, gae_lambda=[0.9, 0.95])
+    sweep_program.check_sweep(reinforce, vf_coef=[0.25, 0.5])
+    with pytest.raises(TypeError, match="sweep takes an algorithm's config"):
+        sweep(A2C_SMALL, lr=LRS)  # fields, not a config
+
+
+def test_data_parallel_a2c_normalizes_advantages_over_the_agents_batch(monkeypatch):
+    """As for PPO: 4 shards of 1 env x 1 step under normalize_adv learn as one A2C agent with the
+    four envs learns from the same rollout (A2CConfig refuses a one-transition batch on its own)."""
+    from fusedrl.train import A2CConfig, ReinforceConfig
+
+    config = A2CConfig(env_id="CartPole-v1", num_envs=4, num_steps=1, total_timesteps=4 * 3,
+                       hidden_sizes=(8,), normalize_adv=True)
+    built = []
+
+    def spy(*args, **kwargs):
+        built.append(make_train(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(data_parallel, "make_train", spy)
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(0))
+    assert np.isfinite(agent.metrics["policy_loss"]).all()
+    assert np.asarray(agent.metrics["env_steps"]).tolist() == [4, 8, 12]
+    (shard,) = built
+    assert type(shard.config) is A2CConfig and shard.config.num_envs == 1
+    single = make_train(config)
+    hp = single.default_hparams()
+    state = single.init(jax.random.key(0), hp)
+    state, traj = single.rollout(state, hp, single.make_env(hp), jax.random.key(1))
+    want = single.learn_from_rollout(state, traj, hp)[0].params
+    per_shard = jax.tree.map(lambda x: jnp.stack(jnp.split(x, 4, axis=1)), traj)
+    got = jax.vmap(lambda t: shard.learn_from_rollout(state, t, hp)[0].params, axis_name=DATA_AXIS)(per_shard)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, np.broadcast_to(b, a.shape), rtol=1e-5, atol=1e-6)
+    reinforce = ReinforceConfig(**{**A2C_SMALL, "env_params": {"max_steps_in_episode": 8}})
+    with pytest.raises(TypeError, match=r"takes a PPOConfig or A2CConfig, got ReinforceConfig: REINFORCE's "
+                                        r"loss .* use fusedrl.A2CConfig"):
+        data_parallel_train(reinforce, jax.devices()[:1], num_shards=2)

@@ -143,11 +143,21 @@ def key_seed_arg(text: str) -> int:
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
-def _field_types() -> dict[str, Any]:
+def _config_class(config_cls: type | None) -> type:
+    """`config_cls`, or PPOConfig when it is None (the `--set` fields' default class)."""
+    if config_cls is not None:
+        return config_cls
     from fusedrl.train.config import PPOConfig
 
-    hints = typing.get_type_hints(PPOConfig)
-    return {f.name: hints[f.name] for f in dataclasses.fields(PPOConfig)}
+    return PPOConfig
+
+
+def field_types(config_cls: type | None = None) -> dict[str, Any]:
+    """{field: its type} of the config class `config_cls` (`PPOConfig`, `A2CConfig`,
+    `ReinforceConfig`; default PPOConfig): what `--set FIELD=VALUE` converts VALUE to."""
+    config_cls = _config_class(config_cls)
+    hints = typing.get_type_hints(config_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_cls)}
 
 
 def env_param_defaults(env_params: Any) -> dict[str, Any] | None:
@@ -213,24 +223,34 @@ def _parse_env_param(item: str, name: str, text: str, default: Any) -> Any:
     raise UsageError(f"--set {item}: env param {name} expects a number, got {text!r}.")
 
 
-def _unknown(item: str, name: str, env_defaults: Mapping[str, Any] | None) -> UsageError:
-    fields = list(_field_types())
+def _unknown(item: str, name: str, env_defaults: Mapping[str, Any] | None, config_cls: type) -> UsageError:
+    from fusedrl.train.config import CONFIGS
+
+    fields = list(field_types(config_cls))
     params = sorted(env_defaults or ())
+    owners = [c for c in CONFIGS.values() if c is not config_cls and name in field_types(c)]
+    if owners:  # another algorithm's field: say whose, and why this one has none
+        note = config_cls._MISSING_FIELD_NOTES.get(name)
+        return UsageError(f"--set {item}: {config_cls.__name__} has no field {name!r}: it is a field of "
+                          f"{' and '.join(c.__name__ for c in owners)} (algorithm "
+                          f"{' or '.join(c.algo for c in owners)}){'; ' + note if note else ''}. "
+                          f"Valid fields: {', '.join(fields)}.")
     close = close_names(name, fields + params)  # other libraries' names too: learning_rate -> lr
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     env_note = f" Env params: {', '.join(params)}." if params else ""
-    return UsageError(f"--set {item}: unknown field {name!r} (PPOConfig has no such field"
+    return UsageError(f"--set {item}: unknown field {name!r} ({config_cls.__name__} has no such field"
                       f"{', nor the env such a param' if params else ''}).{hint} "
                       f"Valid fields: {', '.join(fields)}.{env_note}")
 
 
-def parse_value(field: str, text: str, env_defaults: Mapping[str, Any] | None = None) -> Any:
-    """`text` converted to the type of PPOConfig field `field`, or of env param "env_params.NAME"
-    (typed like its value in `env_defaults`; see `env_param_defaults`)."""
-    return _parse(f"{field}={text}", field, text, env_defaults)
+def parse_value(field: str, text: str, env_defaults: Mapping[str, Any] | None = None, *,
+                config_cls: type | None = None) -> Any:
+    """`text` converted to the type of field `field` of `config_cls` (default PPOConfig), or of env
+    param "env_params.NAME" (typed like its value in `env_defaults`; see `env_param_defaults`)."""
+    return _parse(f"{field}={text}", field, text, env_defaults, _config_class(config_cls))
 
 
-def _parse(item: str, field: str, text: str, env_defaults: Mapping[str, Any] | None) -> Any:
+def _parse(item: str, field: str, text: str, env_defaults: Mapping[str, Any] | None, config_cls: type) -> Any:
     """`parse_value`, with `item` (the --set value as given) for the messages."""
     if field.startswith("env_params."):
         name = field.split(".", 1)[1]
@@ -240,15 +260,15 @@ def _parse(item: str, field: str, text: str, env_defaults: Mapping[str, Any] | N
             raise UsageError(f"--set {item}: the env has no param {name!r}.{hint} "
                              f"Valid env params: {', '.join(sorted(env_defaults))}.")
         return _parse_env_param(item, name, text, (env_defaults or {}).get(name))
-    types = _field_types()
+    types = field_types(config_cls)
     if field not in types:
-        raise _unknown(item, field, env_defaults)
+        raise _unknown(item, field, env_defaults, config_cls)
     kind = types[field]
     if set(typing.get_args(kind)) == {float, type(None)}:  # optional numbers (target_kl)
         if text.lower() in ("none", "off", ""):
             return None
         kind = float
-    if set(typing.get_args(kind)) == {str, type(None)}:  # optional strings (network)
+    if set(typing.get_args(kind)) == {str, type(None)}:  # optional strings (network, recurrent)
         return None if text.lower() in ("none", "") else text
     if kind is bool:
         return _parse_bool(item, field, text)
@@ -276,7 +296,7 @@ def _parse(item: str, field: str, text: str, env_defaults: Mapping[str, Any] | N
 
 
 def parse_overrides(items: Sequence[str], env_defaults: Mapping[str, Any] | None = None, *,
-                    total_timesteps: int | None = None) -> dict[str, Any]:
+                    total_timesteps: int | None = None, config_cls: type | None = None) -> dict[str, Any]:
     """{"field": value} from ["field=value", ...]; env params collect under "env_params".
 
     Args:
@@ -286,16 +306,21 @@ def parse_overrides(items: Sequence[str], env_defaults: Mapping[str, Any] | None
         their values are typed like the defaults.
       total_timesteps: the `--total-timesteps` flag, if given; a `--set total_timesteps` with
         another value is an error.
+      config_cls: the config class whose fields these are (`PPOConfig`, `A2CConfig`,
+        `ReinforceConfig`, e.g. `fusedrl.train.config.config_class(algo)`); default PPOConfig. Each value
+        is converted to its field's type there, and another algorithm's field is refused by name.
     """
+    config_cls = _config_class(config_cls)
+    types = field_types(config_cls)
     out: dict[str, Any] = {}
     given: dict[str, tuple[str, Any]] = {}  # field -> (the first --set item, its value)
     for item in items:
         if "=" not in item:
             raise UsageError(f"--set expects FIELD=VALUE, got {item!r}.")
         field, text = (s.strip() for s in item.split("=", 1))
-        if env_defaults is not None and field in env_defaults and field not in _field_types():
+        if env_defaults is not None and field in env_defaults and field not in types:
             field = f"env_params.{field}"
-        value = _parse(item.strip(), field, text, env_defaults)
+        value = _parse(item.strip(), field, text, env_defaults, config_cls)
         if field in given and given[field][1] != value:
             raise UsageError(f"--set {given[field][0]} and --set {item.strip()} give {field} two "
                              f"values; give each field once.")

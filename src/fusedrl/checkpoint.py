@@ -1,10 +1,11 @@
-"""Save and restore a whole PPO run state with orbax-checkpoint, for exact resume.
+"""Save and restore a whole run state (PPO, A2C or REINFORCE) with orbax-checkpoint, for exact resume.
 
 A checkpoint is a directory:
 
     checkpoint/
-      meta.json   what was saved: the PPOConfig, the number of seeds, every leaf's path, shape and
-                  dtype, and which leaves are PRNG keys (saved as their uint32 key data)
+      meta.json   what was saved: the algorithm ("algo"; a checkpoint without it is PPO's) and its
+                  config, the number of seeds, every leaf's path, shape and dtype, and which leaves
+                  are PRNG keys (saved as their uint32 key data)
       arrays/     the leaves, written by orbax (`StandardCheckpointer`)
       metrics.npz the per-update metrics up to the saved update, if given (for resumed runs)
 
@@ -32,10 +33,12 @@ import numpy as np
 
 from fusedrl._json import dumps as strict_json
 from fusedrl.progress import hold_interrupt
-from fusedrl.train.config import PPOConfig, number_dtype
+from fusedrl.train.config import CONFIGS, OnPolicyConfig, number_dtype
 from fusedrl.train.ppo import RunnerState, make_train
 
 FORMAT = "fusedrl-checkpoint-1"
+#: The algorithm of a checkpoint whose meta.json names none (those were all PPO runs).
+DEFAULT_ALGO = "ppo"
 METRICS_FILE = "metrics.npz"
 
 
@@ -67,14 +70,15 @@ def _flatten(tree) -> tuple[dict[str, np.ndarray], dict[str, str], dict[str, tup
     return arrays, keys, specs
 
 
-def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams, *,
+def save(path: str | os.PathLike, config: OnPolicyConfig, state: RunnerState, hparams, *,
          num_seeds: int | None = None, extra: Mapping[str, Any] | None = None,
          metrics: Mapping[str, Any] | None = None) -> Path:
     """Writes `state` and `hparams` of a run of `config` to the directory `path` (replaced).
 
     Args:
       path: checkpoint directory; an existing one is replaced only once the new one is complete.
-      config: the run's config (stored, and checked on restore).
+      config: the run's config: a `PPOConfig`, `A2CConfig` or `ReinforceConfig` (stored with its
+        algorithm, and checked on restore).
       state: a `RunnerState`, with a leading seed axis on every leaf if `num_seeds` is set.
       hparams: the run's `Hyperparams` (possibly with a seed axis).
       num_seeds: the size of the leading seed axis of a vmapped run, or None for a single run.
@@ -88,6 +92,7 @@ def save(path: str | os.PathLike, config: PPOConfig, state: RunnerState, hparams
     meta = {
         "format": FORMAT,
         "fusedrl_version": _version(),
+        "algo": config.algo,
         "config": config.to_dict(),
         "num_seeds": num_seeds,
         "leaves": {k: {"shape": list(s), "dtype": d} for k, (s, d) in specs.items()},
@@ -155,10 +160,19 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def config_differences(saved: Mapping[str, Any], expected: PPOConfig) -> list[str]:
-    """Human-readable `field: checkpoint has X, expected Y` lines for the fields that differ."""
+def saved_algo(meta: Mapping[str, Any]) -> str:
+    """The algorithm of the checkpoint whose meta.json is `meta` ("ppo" where it names none)."""
+    return meta.get("algo", DEFAULT_ALGO)
+
+
+def config_differences(saved: Mapping[str, Any], expected: OnPolicyConfig,
+                       saved_algo: str = DEFAULT_ALGO) -> list[str]:
+    """Human-readable `field: checkpoint has X, expected Y` lines for the fields that differ (the
+    algorithm first, as `algo`, when the checkpoint's `saved_algo` is not `expected`'s)."""
     want = expected.to_dict()
     lines = []
+    if saved_algo != expected.algo:
+        lines.append(f"algo: checkpoint has {saved_algo!r}, expected {expected.algo!r}")
     for name in sorted(set(saved) | set(want)):
         a, b = saved.get(name, "<missing>"), want.get(name, "<missing>")
         if a != b:
@@ -166,7 +180,7 @@ def config_differences(saved: Mapping[str, Any], expected: PPOConfig) -> list[st
     return lines
 
 
-def templates(config: PPOConfig, num_seeds: int | None, key_impl: str | None = None):
+def templates(config: OnPolicyConfig, num_seeds: int | None, key_impl: str | None = None):
     """Abstract (shape/dtype) state and hparams a checkpoint of `config` must match; its PRNG keys
     of `key_impl` (default: JAX's default)."""
     train = make_train(config)
@@ -180,7 +194,7 @@ def templates(config: PPOConfig, num_seeds: int | None, key_impl: str | None = N
     return state, hparams
 
 
-def restore(path: str | os.PathLike, config: PPOConfig | None = None):
+def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
     """Reads a checkpoint written by `save`.
 
     Args:
@@ -189,17 +203,22 @@ def restore(path: str | os.PathLike, config: PPOConfig | None = None):
         named in the error. Default: the checkpoint's own config.
 
     Returns:
-      (config, state, hparams, meta): the checkpoint's `PPOConfig`, `RunnerState` (jax arrays,
-      PRNG keys rebuilt), `Hyperparams` and meta.json contents.
+      (config, state, hparams, meta): the checkpoint's config (of its algorithm's class:
+      `PPOConfig`, `A2CConfig` or `ReinforceConfig`), `RunnerState` (jax arrays, PRNG keys rebuilt),
+      `Hyperparams` and meta.json contents.
     """
     path = Path(path).absolute()
     meta = read_meta(path)
+    algo = saved_algo(meta)
+    if not isinstance(algo, str) or algo not in CONFIGS:
+        raise CheckpointError(f"{path}: the checkpoint is of algorithm {algo!r}, which this fusedrl "
+                              f"({_version()}) does not know; it knows {', '.join(map(repr, CONFIGS))}.")
     try:
-        saved_config = PPOConfig.from_dict(meta["config"])
+        saved_config = CONFIGS[algo].from_dict(meta["config"])
     except (TypeError, ValueError, KeyError) as e:
         raise CheckpointError(f"{path}: the stored config is invalid: {e}") from None
     if config is not None:
-        diffs = config_differences(meta["config"], config)
+        diffs = config_differences(meta["config"], config, algo)
         if diffs:
             raise CheckpointError(
                 f"{path} does not match the expected config; differing field(s):\n  " + "\n  ".join(diffs)

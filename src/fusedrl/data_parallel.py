@@ -20,13 +20,17 @@ from jax.sharding import PartitionSpec as P
 from fusedrl._argtypes import is_int
 from fusedrl.envs.host import is_host_env_id, jax_instead
 from fusedrl.streams import check_devices
-from fusedrl.train import PPOConfig, TrainResult, make_train
+from fusedrl.train import ALGORITHMS, A2CConfig, PPOConfig, ReinforceConfig, TrainResult, make_train
 
 DATA_AXIS = "data"  # axis the shards of one data-parallel agent run along
 
 
+#: The configs whose runs split over shards as one agent (see `data_parallel_train`).
+SHARDABLE = (PPOConfig, A2CConfig)
+
+
 def data_parallel_train(
-    config: PPOConfig,
+    config: PPOConfig | A2CConfig,
     devices: Sequence[jax.Device] | None = None,
     *,
     num_shards: int | None = None,
@@ -42,7 +46,10 @@ def data_parallel_train(
     axis name, which is how the multi-device result is checked. num_updates, minibatch count and
     the learning-rate schedule are those of `config`; each minibatch is the union of the shards'
     local minibatches (stratified across shards), so the run is a valid PPO run but not the same
-    random run as `make_train(config)`.
+    random run as `make_train(config)`. An `A2CConfig` splits the same way (its one minibatch is the
+    whole rollout). A `ReinforceConfig` is refused: its loss is a mean over the steps whose episode
+    ended inside the rollout, a number each shard has its own of, so the mean of the shards'
+    gradients is not the agent's gradient (nor its return normalisation the agent's).
 
     Returns a jitted function. Its `TrainResult` holds one copy of `params`/`opt_state` (shard 0's;
     every shard holds the same) and the per-shard env state, observations and key with a leading
@@ -58,6 +65,13 @@ def data_parallel_train(
     aborts the process when one waits more than 40 s; on a heavily loaded machine raise that with
     `--xla_cpu_collective_call_terminate_timeout_seconds` in `XLA_FLAGS`.
     """
+    if type(config) not in SHARDABLE:
+        why = ("REINFORCE's loss is a mean over the steps whose episode ended in each shard's rollout, so "
+               "the mean of the shards' gradients is not the agent's gradient. Train it as one agent "
+               "(`fusedrl.make_train(config)`), or use fusedrl.A2CConfig (gae_lambda=1: n-step returns)"
+               if isinstance(config, ReinforceConfig) else "it is no algorithm's config")
+        raise TypeError(f"data_parallel_train takes a {' or '.join(c.__name__ for c in SHARDABLE)}, got "
+                        f"{type(config).__name__}: {why}.")
     if is_host_env_id(config.env_id):
         raise ValueError(
             f"cannot split {config.env_id} over shards: a Gymnasium env steps on the host (the host "
@@ -121,14 +135,14 @@ def data_parallel_train(
     return run
 
 
-def shard_config(config: PPOConfig, num_shards: int) -> PPOConfig:
+def shard_config(config: PPOConfig | A2CConfig, num_shards: int) -> PPOConfig | A2CConfig:
     """The config one of `num_shards` shards trains with: `num_envs // num_shards` envs and the
     same number of updates, built (and validated) by `config.replace`.
 
-    One rule of `PPOConfig` does not hold for a shard: under `normalize_adv` it refuses minibatches
-    of one transition (their advantages would all normalise to 0), but a shard normalises its
-    minibatch with the statistics of the agent's, all shards' together, whose size `config` has
-    passed that check with. For that one case the shard's config has normalize_adv=False, and the
+    One rule of `PPOConfig` and `A2CConfig` does not hold for a shard: under `normalize_adv` they
+    refuse minibatches of one transition (their advantages would all normalise to 0), but a shard
+    normalises its minibatch with the statistics of the agent's, all shards' together, whose size
+    `config` has passed that check with. For that one case the shard's config has normalize_adv=False, and the
     caller passes the agent's `normalize_adv` to `make_train` (the trainer's `normalize_adv`).
     """
     local_envs = config.num_envs // num_shards
@@ -136,7 +150,7 @@ def shard_config(config: PPOConfig, num_shards: int) -> PPOConfig:
     try:
         return config.replace(**changes)
     except ValueError as e:
-        local_minibatch = config.batch_size // num_shards // config.num_minibatches
+        local_minibatch = config.batch_size // num_shards // ALGORITHMS[type(config)].minibatches(config)
         if not (config.normalize_adv and local_minibatch == 1):
             raise ValueError(f"per-shard config of a {num_shards}-way data-parallel run: {e}") from None
     try:

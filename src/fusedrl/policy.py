@@ -14,12 +14,12 @@ from fusedrl import checkpoint as ckpt
 from fusedrl._argtypes import is_int
 from fusedrl.envs import wrappers as W
 from fusedrl.envs.host import is_host_env_id
-from fusedrl.train.config import PPOConfig
+from fusedrl.train.config import OnPolicyConfig
 from fusedrl.train.ppo import make_train
 
 
 class Policy:
-    """The actor of a trained PPO agent, with the run's frozen observation normalisation.
+    """The actor of a trained agent (PPO, A2C or REINFORCE), with the run's frozen observation normalisation.
 
     `act(obs, key=None)` takes one observation (the env's observation shape) or a batch of them
     (a leading axis) and returns the action(s): the distribution's mode when `key` is None
@@ -34,14 +34,14 @@ class Policy:
     or the first call, starts every row at the start of an episode.
 
     Attributes:
-      config: the run's PPOConfig.
+      config: the run's config (`PPOConfig`, `A2CConfig` or `ReinforceConfig`: its algorithm).
       params: the network parameters of this seed.
       obs_stats: the observation normaliser's statistics (None without normalize_obs).
       update: the number of updates the parameters were trained for (`config.num_updates` for a
         finished run; fewer for the checkpoint of an unfinished one).
     """
 
-    def __init__(self, config: PPOConfig, state, hparams):
+    def __init__(self, config: OnPolicyConfig, state, hparams):
         self.config = config
         self.params = state.params
         self.hparams = hparams

@@ -50,7 +50,7 @@ from fusedrl.streams import (
 )
 from fusedrl.sweeps.result import SweepResult
 from fusedrl.sweeps.space import check_axes, layout
-from fusedrl.train import TRACED_FIELDS, Hyperparams, PPOConfig, TrainResult, make_train
+from fusedrl.train import CONFIGS, Hyperparams, OnPolicyConfig, TrainResult, make_train
 from fusedrl.train.config import number_dtype
 from fusedrl.train.ppo import check_callback, typed_key
 
@@ -73,8 +73,9 @@ class _Plan(NamedTuple):
 
 
 def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> _Plan:
-    if not isinstance(config, PPOConfig):
-        raise TypeError(f"sweep takes a PPOConfig, got {type(config).__name__}.")
+    if type(config) not in CONFIGS.values():
+        names = ", ".join(c.__name__ for c in CONFIGS.values())
+        raise TypeError(f"sweep takes an algorithm's config ({names}), got {type(config).__name__}.")
     if not is_int(num_seeds) or num_seeds < 1:
         raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}.")
     num_seeds = int(num_seeds)
@@ -107,7 +108,7 @@ def _plan(config, num_seeds, mode, num_samples, key, devices, streams, axes) -> 
 
 
 def check_sweep(
-    config: PPOConfig,
+    config: OnPolicyConfig,
     num_seeds: int = 1,
     *,
     mode: str = "grid",
@@ -131,7 +132,7 @@ def check_sweep(
 
 
 def sweep(
-    config: PPOConfig,
+    config: OnPolicyConfig,
     num_seeds: int = 1,
     *,
     mode: str = "grid",
@@ -148,7 +149,8 @@ def sweep(
     """Trains one agent per (seed, hyperparameter combination) in a single compiled program.
 
     Args:
-      config: the base `PPOConfig`; every run uses its static fields and unswept values.
+      config: the base config (`PPOConfig`, `A2CConfig` or `ReinforceConfig`); every run uses its
+        static fields and unswept values.
       num_seeds: seeds per combination (a "seed" dimension of that size, always first).
       mode: "grid" (Cartesian product), "zip" (i-th values together) or "random" (`num_samples`
         draws per field; see `fusedrl.sweeps.space` for the specs).
@@ -193,7 +195,8 @@ def sweep(
     seed_of_run = np.indices(shape)[0].reshape(-1)[run_index]
     key_impl = jax.random.key_impl(key)
     run_keys = np.asarray(jax.random.key_data(seed_keys))[seed_of_run]
-    swept = tuple((n, "hp" if n in TRACED_FIELDS else "env") for n in values)
+    traced = config.traced_fields()
+    swept = tuple((n, "hp" if n in traced else "env") for n in values)
     batched = {n: values[n].reshape(-1)[run_index] for n in values}
     if callback is not None:  # "run" for the callback: -1 marks padding, which calls no one
         batched[RUN_TAG] = tags
@@ -244,7 +247,7 @@ def _check_eval_episodes(eval_episodes) -> None:
                          f"evaluation; got {eval_episodes!r}.")
 
 
-def _evaluate_runs(config: PPOConfig, values, result: TrainResult, key: jax.Array,
+def _evaluate_runs(config: OnPolicyConfig, values, result: TrainResult, key: jax.Array,
                    num_episodes: int) -> np.ndarray:
     """Greedy returns [*shape, num_episodes] of every run of `result` (leaves [*shape, ...]),
     each run with its own key split from `key` folded with `_EVAL_SALT`. Each run's envs step with
@@ -276,7 +279,7 @@ def _base_key(key) -> jax.Array:
     return key
 
 
-def _base_hparams(config: PPOConfig) -> Hyperparams:
+def _base_hparams(config: OnPolicyConfig) -> Hyperparams:
     """The trainer's default hyperparameters as numpy arrays of the dtypes they train with.
 
     The env params' Python numbers (dataclass defaults, `config.env_params`) are weakly typed in
@@ -288,10 +291,9 @@ def _base_hparams(config: PPOConfig) -> Hyperparams:
     return jax.tree.map(lambda x: np.asarray(x, number_dtype(x)), make_train(config).default_hparams())
 
 
-def _static_part(config: PPOConfig) -> PPOConfig:
+def _static_part(config: OnPolicyConfig) -> OnPolicyConfig:
     """`config` with its traced values reset, so sweeps that differ only there share a program."""
-    defaults = PPOConfig()
-    return config.replace(**{f: getattr(defaults, f) for f in TRACED_FIELDS})
+    return config.static_part()
 
 
 _STREAM_EXECUTABLES: dict[tuple, Any] = {}  # compiled stream programs, by program and shapes

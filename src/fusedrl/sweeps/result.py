@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl.plotting import seed_statistics
-from fusedrl.train import TRACED_FIELDS, Hyperparams, PPOConfig, TrainResult, make_train
+from fusedrl.train import Hyperparams, OnPolicyConfig, TrainResult, make_train
 from fusedrl.train.ppo import episode_values
 
 
@@ -23,7 +23,8 @@ class SweepResult:
     """The runs of a sweep, with named dimensions.
 
     Attributes:
-      config: the base `PPOConfig` (its values of the swept fields are unused).
+      config: the base config (`PPOConfig`, `A2CConfig` or `ReinforceConfig`; its values of the
+        swept fields are unused).
       mode: "grid", "zip" or "random".
       dims: dimension names, e.g. ("seed", "lr", "gamma") for a grid, ("seed", "trial") otherwise.
       axes: the coordinate of each dimension: seed -> [0..num_seeds), a grid field -> its values,
@@ -38,7 +39,7 @@ class SweepResult:
         parameters are not finite (see `fusedrl.evaluate`).
     """
 
-    config: PPOConfig
+    config: OnPolicyConfig
     mode: str
     dims: tuple[str, ...]
     axes: dict[str, np.ndarray]
@@ -174,7 +175,7 @@ class SweepResult:
         hp_changes, env_changes = {}, {}
         for name, v in self.values.items():
             value = jnp.asarray(v[pos])
-            (hp_changes if name in TRACED_FIELDS else env_changes)[name] = value
+            (hp_changes if name in self.config.traced_fields() else env_changes)[name] = value
         return base.replace(**hp_changes, env_params=base.env_params.replace(**env_changes))
 
     # ------------------------------------------------------------------------------ tables

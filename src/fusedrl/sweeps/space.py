@@ -1,7 +1,7 @@
 """The search space of a sweep: which fields can be swept, their values, and the runs' layout.
 
-Only traced numbers can be swept: the `Hyperparams` fields (`TRACED_FIELDS`) and any scalar field
-of the env's params dataclass (e.g. CartPole's `gravity`). Modes (the keyword arguments of
+Only traced numbers can be swept: the `Hyperparams` fields (the config's `traced_fields()`) and
+any scalar field of the env's params dataclass (e.g. CartPole's `gravity`). Modes (the keyword arguments of
 `fusedrl.sweep` after `**` are the axes):
 - "grid" (default): the Cartesian product; each field is a dimension of the result.
 - "zip": the i-th values of every field form trial i (all lists of the same length); dims
@@ -30,7 +30,7 @@ import numpy as np
 from fusedrl._argtypes import is_int
 from fusedrl.envs.registry import check_env_param
 from fusedrl.sweeps.result import as_python, values_match
-from fusedrl.train import TRACED_FIELDS, PPOConfig
+from fusedrl.train import OnPolicyConfig
 
 MODES = ("grid", "zip", "random")
 LOG_UNIFORM_FIELDS = ("lr",)  # (low, high) ranges of these are drawn log-uniformly in random mode
@@ -62,7 +62,7 @@ class Choice:
 
 
 # --------------------------------------------------------------------------------- axis specs
-def env_param_fields(config: PPOConfig) -> dict[str, Any]:
+def env_param_fields(config: OnPolicyConfig) -> dict[str, Any]:
     """The env's params fields and their values for `config` (defaults with overrides)."""
     from fusedrl.envs import make
 
@@ -70,13 +70,14 @@ def env_param_fields(config: PPOConfig) -> dict[str, Any]:
     return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
 
 
-def check_axes(config: PPOConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
+def check_axes(config: OnPolicyConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
     """Validates axis names; returns the env params fields (name -> default value)."""
     env_fields = env_param_fields(config)
-    static = [f.name for f in dataclasses.fields(PPOConfig) if f.name not in TRACED_FIELDS]
-    valid = list(TRACED_FIELDS) + [f for f in env_fields if f not in TRACED_FIELDS]
+    traced = config.traced_fields()
+    static = [f.name for f in dataclasses.fields(type(config)) if f.name not in traced]
+    valid = list(traced) + [f for f in env_fields if f not in traced]
     for name in axes:
-        if name in env_fields and name not in TRACED_FIELDS and np.shape(env_fields[name]) != ():
+        if name in env_fields and name not in traced and np.shape(env_fields[name]) != ():
             shape = np.shape(env_fields[name])
             raise ValueError(
                 f"cannot sweep {name!r}: it is an array-valued env param (shape {shape}), and a sweep "
@@ -85,7 +86,7 @@ def check_axes(config: PPOConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
                 f"[runs, *{shape}], and in_axes (keys, a tree of None with 0 at env_params.{name}), as the "
                 f"README's learning-rate example does for lr."
             )
-        if name in TRACED_FIELDS or name in env_fields:
+        if name in traced or name in env_fields:
             continue
         if name in ("seed", "seeds", "trial"):
             raise ValueError(
@@ -94,8 +95,8 @@ def check_axes(config: PPOConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
             )
         if name in static:
             raise ValueError(
-                f"cannot sweep {name!r}: it is a static field of PPOConfig (it sets array shapes, "
-                f"the structure of the program or its initial parameters), so runs with different "
+                f"cannot sweep {name!r}: it is a static field of {type(config).__name__} (it sets array "
+                f"shapes, the structure of the program or its initial parameters), so runs with different "
                 f"values are different compiled programs and cannot be vmapped together. Run one "
                 f"sweep per value, e.g. "
                 f"`[fusedrl.sweep(config.replace({name}=v), ...) for v in values]`, or separate "
@@ -110,8 +111,8 @@ def check_axes(config: PPOConfig, axes: Mapping[str, Any]) -> dict[str, Any]:
     return env_fields
 
 
-def _dtype_of(name: str, env_fields: Mapping[str, Any]):
-    if name in TRACED_FIELDS:
+def _dtype_of(name: str, env_fields: Mapping[str, Any], traced: Sequence[str]):
+    if name in traced:
         return np.float32
     default = np.asarray(env_fields[name])
     if np.issubdtype(default.dtype, np.bool_):
@@ -155,8 +156,8 @@ def _check_cast(name: str, values: Sequence, dtype, what: str = "values") -> Non
     for an integer field anything but whole numbers in its range (numpy wraps 2**32 + 5 around to
     5 and turns 3e9 into -2**31), for a boolean one anything but 0 and 1, for a float32 one finite
     numbers that overflow to inf or underflow below its smallest normal number (0 or a subnormal,
-    which XLA may flush to 0). NaN and inf stay NaN and inf in float32: the range checks of
-    PPOConfig (`_validate_values`) and of env params decide about them."""
+    which XLA may flush to 0). NaN and inf stay NaN and inf in float32: the range checks of the
+    config (`_validate_values`) and of env params decide about them."""
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
         wrong = [v for v in values if not isinstance(v, numbers.Integral) and not math.isfinite(v)]
@@ -198,19 +199,19 @@ def _check_cast(name: str, values: Sequence, dtype, what: str = "values") -> Non
             )
 
 
-def _validate_values(config: PPOConfig, name: str, values: np.ndarray, default: Any) -> None:
-    """Runs on each value the checks its field gets outside a sweep: PPOConfig's range checks of a
+def _validate_values(config: OnPolicyConfig, name: str, values: np.ndarray, default: Any) -> None:
+    """Runs on each value the checks its field gets outside a sweep: the config's range checks of a
     traced field (lr > 0, gamma in (0, 1], ...), `fusedrl.make`'s of an env param (`default`: its
     value in the config; NaN and a time limit below 1 are refused, inf may be a limit that never
     binds, e.g. CartPole's x_threshold)."""
     for v in np.unique(values):
         try:
-            if name in TRACED_FIELDS:
+            if name in config.traced_fields():
                 config.replace(**{name: float(v)})
             else:
                 check_env_param(config.env_id, name, v.item(), default)
         except (TypeError, ValueError) as e:
-            got = "" if name in TRACED_FIELDS else f"got {v.item()}: "  # the config's message has it
+            got = "" if name in config.traced_fields() else f"got {v.item()}: "  # the config's message has it
             raise ValueError(f"sweep axis {name}: {got}{e}") from None
 
 
@@ -285,7 +286,7 @@ def _sample(name: str, spec, dtype, num: int, key: jax.Array) -> np.ndarray:
 def layout(config, num_seeds, mode, num_samples, key, axes, env_fields):
     """The sweep's dims, coordinates, and each swept field's value for every run (full shape)."""
     names = list(axes)
-    dtypes = {n: _dtype_of(n, env_fields) for n in names}
+    dtypes = {n: _dtype_of(n, env_fields, config.traced_fields()) for n in names}
     seeds = np.arange(num_seeds)
     if mode == "grid":
         if num_samples is not None:
