@@ -454,3 +454,28 @@ def test_the_policy_of_an_unfinished_run_says_which_update_it_holds(uninterrupte
         pi = fusedrl.load(run_dir)
     assert pi.update == 6
     assert fusedrl.load(uninterrupted[1].path).update == 10  # a finished run: no warning
+
+
+@pytest.mark.parametrize("algo", ["a2c", "reinforce"])
+def test_a2c_and_reinforce_runs_resume_bit_for_bit_and_load(algo, monkeypatch, tmp_path):
+    # The run folder records the algorithm ("algo" and its section in config.json): --resume,
+    # evaluate and fusedrl.load rebuild the run's own config class.
+    import fusedrl
+
+    tiny = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 10, hidden_sizes=(16,))
+    if algo == "reinforce":
+        tiny["env_params"] = {"max_steps_in_episode": 16}
+    cfg = preset("CartPole-v1", algo=algo, **tiny)
+    full = runs.train_run(cfg, tmp_path / "full", progress_file=io.StringIO(), **OPTIONS)
+    doc = json.loads((tmp_path / "full" / "config.json").read_text())
+    assert doc["algo"] == algo and doc[algo] == cfg.to_dict()
+    run_dir = tmp_path / "run"
+    interrupted_run(monkeypatch, 8, run_dir, cfg)
+    run = runs.resume_run(run_dir, progress_file=io.StringIO())
+    assert type(run.config) is type(cfg)
+    for a, b in zip(arrays(full.result.state), arrays(run.result.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert run.summary["eval_return_per_seed"] == full.summary["eval_return_per_seed"]
+    policy = fusedrl.load(run_dir)
+    assert type(policy.config) is type(cfg) and policy.config == cfg
+    assert runs.evaluate_run(run_dir, num_episodes=2)["num_updates"] == 10

@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     t.add_argument("--env", metavar="ID", help="environment id (see `fusedrl envs`); uses its preset")
+    t.add_argument("--algo", choices=("ppo", "a2c", "reinforce"),
+                   help="the algorithm (default ppo; with --config, the file's)")
     t.add_argument("--config", metavar="FILE", type=Path,
                    help="a config.json of an earlier run (or a JSON/TOML file of PPOConfig fields)")
     t.add_argument("--num-seeds", type=int, metavar="N",
@@ -81,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=seed_arg, metavar="S", help="base random seed (default 0)")
     t.add_argument("--total-timesteps", type=int, metavar="T", help="env steps per seed")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
-                   help="override a PPOConfig field (repeatable)")
+                   help="override a field of the algorithm's config (repeatable)")
     t.add_argument("--out", type=Path, metavar="DIR", help="run folder (default runs/<env id>[-N])")
     t.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     t.add_argument("--eval-episodes", type=int, metavar="N",
@@ -159,7 +161,7 @@ def resolve(args) -> tuple[PPOConfig, Any]:
     from fusedrl.envs import make
     from fusedrl.envs.host import HostEnvError
     from fusedrl.runs import RunOptions, check_supported, read_config_file
-    from fusedrl.train.config import PPOConfig
+    from fusedrl.train.config import config_class
     from fusedrl.train.presets import preset
 
     if args.config is None and args.env is None:
@@ -167,9 +169,13 @@ def resolve(args) -> tuple[PPOConfig, Any]:
     run_opts: dict[str, Any] = {}
     if args.config is not None:
         try:
-            base, run_opts = read_config_file(args.config)
+            base, run_opts, file_algo = read_config_file(args.config)
         except (OSError, ValueError) as e:
             raise CLIError(str(e)) from None
+        if args.algo is not None and args.algo != file_algo:
+            raise CLIError(f"--algo {args.algo} conflicts with {args.config}, a config of {file_algo}; "
+                           f"drop --algo or use another file.")
+        algo = file_algo
         try:
             options = RunOptions(**run_opts)  # checks its imports before they are imported
         except (TypeError, ValueError) as e:
@@ -185,14 +191,14 @@ def resolve(args) -> tuple[PPOConfig, Any]:
                            f"or add env_id to the file.")
         base = {**base, "env_id": env_id}  # a file without env_id trains --env's env, not PPOConfig's default
     else:
-        env_id, base = args.env, {}
+        env_id, base, algo = args.env, {}, args.algo or "ppo"
     try:
         env_params = make(env_id, **dict(base.get("env_params", {})))[1]
     except (ValueError, TypeError, HostEnvError) as e:  # HostEnvError: gymnasium.make refused the params
         raise CLIError(str(e)) from None
 
     overrides = parse_overrides(args.overrides, env_param_defaults(env_params),
-                                total_timesteps=args.total_timesteps)
+                                total_timesteps=args.total_timesteps, config_cls=config_class(algo))
     if overrides.get("env_id", env_id) != env_id:  # env params were parsed for env_id's env
         raise CLIError("use --env to choose the environment, not --set env_id=..."
                        + (f"; with --config the env is {args.config}'s env_id (or --env when it has none)"
@@ -201,9 +207,9 @@ def resolve(args) -> tuple[PPOConfig, Any]:
         overrides["env_params"] = {**dict(base.get("env_params", {})), **overrides["env_params"]}
     try:
         if args.config is not None:
-            config = PPOConfig.from_dict({**base, **overrides})
+            config = config_class(algo).from_dict({**base, **overrides})
         else:
-            config = preset(env_id, **{k: v for k, v in overrides.items() if k != "env_id"})
+            config = preset(env_id, algo=algo, **{k: v for k, v in overrides.items() if k != "env_id"})
         make(config.env_id, **config.env_params)
     except (TypeError, ValueError, HostEnvError) as e:
         raise CLIError(f"invalid configuration: {e}") from None
@@ -236,7 +242,7 @@ def default_out(env_id: str, root: Path = Path("runs")) -> Path:
 
 
 # What --resume takes from the run folder instead: the options that would change the run.
-RESUME_CONFLICTS = (("env", "--env"), ("config", "--config"), ("overrides", "--set"),
+RESUME_CONFLICTS = (("env", "--env"), ("algo", "--algo"), ("config", "--config"), ("overrides", "--set"),
                     ("num_seeds", "--num-seeds"), ("seed", "--seed"),
                     ("total_timesteps", "--total-timesteps"), ("out", "--out"), ("overwrite", "--overwrite"),
                     ("eval_episodes", "--eval-episodes"), ("progress_every", "--progress-every"),
@@ -352,17 +358,19 @@ def cmd_train(args) -> int:
                                              resuming=args.resume is not None))
     except ImportError as e:
         raise CLIError(str(e)) from None
-    source = preset_source(config.env_id)
+    source = preset_source(config.env_id, config.algo)
     if args.resume is not None:
         preset_note = "resumed"
     elif args.config is not None:
         preset_note = "from --config"
     elif source is None:
-        preset_note = "PPOConfig defaults (no preset)"
+        preset_note = f"{type(config).__name__} defaults (no preset)"
     else:
         preset_note = "preset" if source == config.env_id else f"the preset of {source}"
     if is_host_env_id(config.env_id):
         preset_note += "; host bridge: Gymnasium steps the envs on the host"
+    if config.algo != "ppo":
+        preset_note = f"{config.algo}, {preset_note}"
     print(f"fusedrl train {config.env_id} ({preset_note}): {options.num_seeds} seed(s), "
           f"{config.num_updates} updates of {config.num_envs} envs x {config.num_steps} steps -> {out}",
           file=sys.stderr)

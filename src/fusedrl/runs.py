@@ -5,7 +5,8 @@
 
 A run folder holds:
 
-    config.json          the resolved PPOConfig and run options (`fusedrl train --config` reads it)
+    config.json          the algorithm ("algo"), its resolved config and the run options
+                         (`fusedrl train --config` reads it)
     metrics.csv          one row per update and seed (streamed during training, completed at the end)
     learning_curve.png   mean episode return with the per-seed band
     checkpoint/          the latest RunnerState of every seed (see fusedrl.checkpoint): the final
@@ -50,7 +51,7 @@ from fusedrl.platform import choices_platform
 from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
 from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams
 from fusedrl.train import PPOConfig, TrainResult, make_train
-from fusedrl.train.config import strong_hparams
+from fusedrl.train.config import CONFIGS, strong_hparams
 from fusedrl.train.ppo import has_episode
 from fusedrl.version import __version__
 
@@ -120,13 +121,17 @@ def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
     """The content of config.json."""
     return {
         "fusedrl_version": __version__,
-        "ppo": config.to_dict(),
+        "algo": config.algo,
+        config.algo: config.to_dict(),  # the section is named by the algorithm: "ppo", "a2c", "reinforce"
         "run": dataclasses.asdict(options),
     }
 
 
 def check_supported(config: PPOConfig, options: RunOptions) -> None:
     """Raises ValueError for a run that `train_run` cannot do, naming the option to change."""
+    if is_host_env_id(config.env_id) and config.algo != "ppo":
+        raise ValueError(f"{config.env_id} trains through the host bridge, which runs PPO only: use "
+                         f"{jax_instead(config.env_id)} with algo {config.algo!r}, or algo 'ppo'.")
     if is_host_env_id(config.env_id) and options.num_seeds != 1:
         raise ValueError(
             f"num_seeds (--num-seeds) must be 1 for {config.env_id}, got {options.num_seeds}: a Gymnasium "
@@ -142,11 +147,12 @@ def check_supported(config: PPOConfig, options: RunOptions) -> None:
         )
 
 
-def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(PPOConfig fields, run options) from a JSON or TOML file.
+def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(config fields, run options, algorithm) from a JSON or TOML file.
 
-    The file is either a run's config.json ({"ppo": {...}, "run": {...}}) or a flat table of
-    PPOConfig fields.
+    The file is either a run's config.json ({"algo": "a2c", "a2c": {...}, "run": {...}}: one
+    section named by its algorithm; a file without "algo" is PPO's, {"ppo": {...}, ...}) or a flat
+    table of config fields, with an optional `algo` ("ppo" by default).
     """
     path = Path(path)
     if path.is_dir():
@@ -163,15 +169,28 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
         raise ValueError(f"config file {path} is not valid {'TOML' if toml else 'JSON'}: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError(f"config file {path} must hold a table/object, got {type(doc).__name__}.")
-    if "ppo" in doc:
-        ppo, run = doc["ppo"], doc.get("run", {})
-        unknown = sorted(set(doc) - {"ppo", "run", "fusedrl_version"})
+    algo = doc.get("algo")
+    if algo is not None and algo not in CONFIGS:
+        raise ValueError(f"config file {path}: algo must be one of {', '.join(map(repr, CONFIGS))}, "
+                         f"got {algo!r}.")
+    sections = [a for a in CONFIGS if a in doc]
+    if len(sections) > 1:
+        raise ValueError(f"config file {path} has a section for each of {sections}; a run has one algorithm.")
+    if sections:
+        section = sections[0]
+        if algo not in (None, section):
+            raise ValueError(f"config file {path}: algo is {algo!r} but its config section is {section!r}.")
+        algo = section
+        ppo, run = doc[section], doc.get("run", {})
+        unknown = sorted(set(doc) - {section, "run", "fusedrl_version", "algo"})
         if unknown:
-            raise ValueError(f"config file {path}: unknown section(s) {unknown}; expected 'ppo' and 'run'.")
+            raise ValueError(f"config file {path}: unknown section(s) {unknown}; expected {section!r} and "
+                             f"'run'.")
     else:
-        ppo, run = doc, {}
+        section = algo = algo or "ppo"
+        ppo, run = {k: v for k, v in doc.items() if k != "algo"}, {}
     env_params = ppo.get("env_params", {}) if isinstance(ppo, dict) else {}
-    for name, table in (("ppo", ppo), ("run", run), ("env_params", env_params)):
+    for name, table in ((section, ppo), ("run", run), ("env_params", env_params)):
         if not isinstance(table, dict):
             raise ValueError(f"config file {path}: {name!r} must be a table/object of names to values, "
                              f"got {table!r} ({type(table).__name__}).")
@@ -179,7 +198,7 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
     bad = sorted(set(run) - valid)
     if bad:
         raise ValueError(f"config file {path}: unknown run option(s) {bad}; valid: {sorted(valid)}.")
-    return dict(ppo), dict(run)
+    return dict(ppo), dict(run), algo
 
 
 # ---------------------------------------------------------------------------- run folders
@@ -825,12 +844,13 @@ def _close(sinks) -> None:
 
 # ------------------------------------------------------------------------------ reading runs
 def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
-    """The PPOConfig and RunOptions in a run folder's config.json, after importing the modules its
+    """The config (of the run's algorithm) and RunOptions in a run folder's config.json, after
+    importing the modules its
     `imports` lists (those that register the run's env: `fusedrl train --import` records them)."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a fusedrl run folder: {CONFIG_FILE} is missing.")
-    ppo, run = read_config_file(run_dir / CONFIG_FILE)
+    ppo, run, algo = read_config_file(run_dir / CONFIG_FILE)
     try:
         options = RunOptions(**run)
     except (TypeError, ValueError) as e:
@@ -849,7 +869,7 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
     except UsageError as e:
         raise ValueError(str(e)) from None
     try:
-        return PPOConfig.from_dict(ppo), options
+        return CONFIGS[algo].from_dict(ppo), options
     except (TypeError, ValueError) as e:
         raise ValueError(f"{run_dir / CONFIG_FILE} is invalid: {e} Fix that field in the file.") from None
 
