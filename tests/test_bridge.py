@@ -175,6 +175,24 @@ def test_results_have_the_fused_format(tiny):
         np.testing.assert_array_equal(result.metrics[name], again.metrics[name], err_msg=name)
 
 
+def test_the_bridge_offers_the_trainers_interface():
+    # make_env gives the envs it steps (a Gymnasium vector env), and run takes the trainer's
+    # first_update and callback_extra: the callback gets the extra entries on the trainer's updates.
+    seen = []
+    config = PPOConfig(**TINY)
+    train = make_train(config, callback=seen.append, callback_every=2)
+    envs = train.make_env(train.default_hparams(), num_envs=3)
+    try:
+        assert envs.num_envs == 3
+    finally:
+        envs.close()
+    hp = train.default_hparams()
+    train.run(train.init(jax.random.key(0), hp), hp, 3, first_update=1, callback_extra={"seed": np.int32(7)})
+    # Updates 2 and 4 of the whole run: the 1st and 3rd of these three (1 call if first_update were lost).
+    assert len(seen) == 2 and all(int(m["seed"]) == 7 for m in seen)
+    assert set(seen[0]) >= {"episode_return", "policy_loss", "seed"}
+
+
 def test_jit_and_vmap_refuse_with_a_clear_error(tiny):
     _, train, _ = tiny
     for wrap in (jax.jit, jax.vmap):
