@@ -785,7 +785,7 @@ def test_runs_bench_counts_every_seed_alternates_and_divides_by_the_single_vmap(
         return next(walls[run]), 0.0
 
     monkeypatch.setattr(bench_runs, "num_streams", lambda num_seeds: 2)
-    monkeypatch.setattr(bench_runs, "_compiled", compiled)
+    monkeypatch.setattr(bench_runs, "compiled_run", compiled)
     monkeypatch.setattr(bench_runs, "timed_run", timed_run)
     assert bench_runs.main(["--num-seeds", "4", "--repeats", "3", "--set", "total_timesteps=4096"]) == 0
     assert ran == ["streams 2", "streams 1", "streams 1", "streams 2", "streams 2", "streams 1"]

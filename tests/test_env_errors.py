@@ -634,7 +634,7 @@ def test_a_dict_observation_space_is_refused_when_the_trainer_is_made(private_re
             return spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.Box(-1, 1, (2,))})
 
     fusedrl.register("DictObs-v0", DictObs)
-    with pytest.raises(ValueError, match=r"DictObs-v0: PPO's networks take one array per observation \(a Box "
+    with pytest.raises(ValueError, match=r"DictObs-v0: the networks take one array per observation \(a Box "
                                          r"observation space\), got a Dict observation space\. Return one"):
         fusedrl.make_train(fusedrl.PPOConfig(env_id="DictObs-v0"))
 

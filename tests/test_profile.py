@@ -108,7 +108,7 @@ def test_progress_cost_rotates_which_program_runs_first(monkeypatch, capsys):
     def compiled(config, num_seeds, every):
         return fusedrl.make_train(config), f"program {every}", 0.0
 
-    monkeypatch.setattr(progress_cost, "_compiled", compiled)
+    monkeypatch.setattr(progress_cost, "compiled_run", compiled)
     ran = []
 
     def timed_run(run, keys, hparams, config, csv_path):
@@ -126,7 +126,7 @@ def test_progress_cost_rotates_which_program_runs_first(monkeypatch, capsys):
 def test_progress_cost_reports_medians_and_minimums_of_wall_and_cpu_seconds(monkeypatch, capsys):
     from fusedrl import progress_cost
 
-    monkeypatch.setattr(progress_cost, "_compiled",
+    monkeypatch.setattr(progress_cost, "compiled_run",
                         lambda config, num_seeds, every: (fusedrl.make_train(config), every, 0.0))
     times = {0: iter([(2.0, 1.0), (1.0, 3.0), (4.0, 2.0)]), 8: iter([(3.0, 4.0), (6.0, 2.0), (2.5, 6.0)])}
     monkeypatch.setattr(progress_cost, "timed_run", lambda run, *args: next(times[run]))

@@ -129,6 +129,12 @@ class HostPPO:
     def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams):
         return self.trainer.learn_from_rollout(state, traj, hparams)
 
+    def advantages(self, params, traj: Transition, hparams: Hyperparams):
+        return self.trainer.advantages(params, traj, hparams)
+
+    def learn(self, params, opt_state, batch, hparams: Hyperparams, key: jax.Array):
+        return self.trainer.learn(params, opt_state, batch, hparams, key)
+
     def make_env(self, hparams: Hyperparams | None = None, *, num_envs: int | None = None, obs_stats=None,
                  evaluation: bool = False):
         """The bridge's env: a Gymnasium vector env of `num_envs` envs (default: the config's), stepped
