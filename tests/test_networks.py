@@ -9,7 +9,7 @@ from scipy import special, stats
 
 from fusedrl.distributions import Categorical, DiagGaussian
 from fusedrl.initializers import orthogonal
-from fusedrl.networks import ActorCritic, Dense, matmul, param_count
+from fusedrl.networks import ActorCritic, Dense, param_count
 
 
 @pytest.mark.parametrize(
@@ -164,51 +164,10 @@ def test_actor_critic_init_and_separate_torsos():
     assert not np.allclose(pi.logits, net.apply({"params": params}, obs)[0].logits)
 
 
-@pytest.mark.parametrize("x_shape", [(5, 4), (3, 5, 4)])
-@pytest.mark.parametrize("out", [6, 2])  # wider than x (x^T is materialised) or narrower (g^T)
-def test_matmul_gradients_match_autodiff(x_shape, out):
-    x = jax.random.normal(jax.random.key(0), x_shape)
-    w = jax.random.normal(jax.random.key(1), (4, out))
-
-    def loss(mm):
-        return lambda x, w: jnp.sum(jnp.sin(mm(x, w)) @ jnp.arange(float(out)))
-
-    ours = jax.jit(jax.grad(loss(matmul), (0, 1)))(x, w)
-    ref = jax.grad(loss(jnp.matmul), (0, 1))(x, w)
-    for a, b in zip(ours, ref, strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    # vmapped over a leading axis of both (as over seeds), each slice as alone
-    xs, ws = jnp.stack([x, 2 * x]), jnp.stack([w, -w])
-    batched = jax.jit(jax.vmap(jax.grad(loss(matmul), (0, 1))))(xs, ws)
-    for i in range(2):
-        ref_i = jax.grad(loss(jnp.matmul), (0, 1))(xs[i], ws[i])
-        for a, b in zip(batched, ref_i, strict=True):
-            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("w_shape", [(4, 6), (4, 2)])
-def test_matmul_takes_the_transposed_weight_gradient(w_shape):
-    x, w = jnp.ones((8, 4)), jnp.ones(w_shape)
-    assert "optimization_barrier" in jax.jit(jax.grad(lambda w: matmul(x, w).sum())).lower(w).as_text()
-
-
-@pytest.mark.parametrize("cpu_weight_grad", [False, True])
-def test_dense_uses_the_cpu_weight_gradient_only_when_asked(cpu_weight_grad):
-    # Tuning.cpu_weight_grad picks the product; without it the layer is plain autodiff, so
-    # forward-mode differentiation works through it.
-    layer = Dense(3, cpu_weight_grad=cpu_weight_grad)
-    x = jnp.ones((4, 5))
-    params = layer.init(jax.random.key(0), x)
-    text = jax.jit(jax.grad(lambda p: layer.apply(p, x).sum())).lower(params).as_text()
-    assert ("optimization_barrier" in text) == cpu_weight_grad
-    if not cpu_weight_grad:
-        jax.jvp(lambda x: layer.apply(params, x), (x,), (x,))
-
-
 def test_dense_is_flax_dense():
     x = jax.random.normal(jax.random.key(2), (7, 5))
     init = nn.initializers.lecun_normal()
-    ours, ref = Dense(3, kernel_init=init, cpu_weight_grad=True), nn.Dense(3, kernel_init=init)
+    ours, ref = Dense(3, kernel_init=init), nn.Dense(3, kernel_init=init)
     p_ours, p_ref = ours.init(jax.random.key(3), x), ref.init(jax.random.key(3), x)
     assert jax.tree.structure(p_ours) == jax.tree.structure(p_ref)
     for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_ref), strict=True):

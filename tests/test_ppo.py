@@ -432,37 +432,14 @@ def test_rollout_predraws_resets_and_falls_back_to_the_pool(small):
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name
 
 
-def test_large_batch_shuffle_path_trains_the_same_agent(small):
-    """With `Tuning.shuffle_ahead` each epoch's permutation is drawn one epoch ahead; epoch i still
-    uses the permutation of key i, so both paths train the same agent."""
-    config, train, _, result = small
-    assert config.update_epochs > 1  # so that drawing ahead has an epoch to get wrong
-    assert not train.tuning.shuffle_ahead
-    other = _retrain_with(small, shuffle_ahead=True)
-    assert int(other.metrics["episodes_completed"].sum()) > 0
-    _assert_same_metrics(other, result)
-
-
-def test_every_speed_choice_off_trains_the_same_agent(small):
-    """`Tuning()` (every speed choice off: the program an accelerator runs today) trains the agent
-    the resolved CPU choices train, up to float rounding."""
-    _, train, _, result = small
-    assert train.tuning != Tuning() and train.tuning.cpu_weight_grad
-    plain = jax.jit(make_train(small[0], tuning=Tuning()))(jax.random.key(0))
-    _assert_same_metrics(plain, result)
-
-
-def test_tuning_depends_on_the_backend_and_sizes_only():
-    assert resolve_tuning("gpu", num_envs=4, batch_size=512) == Tuning()
-    assert resolve_tuning("tpu", num_envs=2048, batch_size=32768) == Tuning()
-    cpu = resolve_tuning("cpu", num_envs=4, batch_size=512)
-    assert not cpu.shuffle_ahead and cpu.cpu_weight_grad
-    wide = resolve_tuning("cpu", num_envs=2048, batch_size=32768)
-    assert wide.shuffle_ahead
+def test_tuning_is_one_record_taken_explicitly():
+    # No speed choice has passed the grid (docs/speed.md): every platform gets the same record.
+    for backend in ("cpu", "gpu", "tpu"):
+        assert resolve_tuning(backend, num_envs=4, batch_size=512) == Tuning()
     with pytest.raises(TypeError, match="tuning must be a fusedrl.train.tuning.Tuning"):
-        make_train(PPOConfig(**SMALL), tuning={"shuffle_ahead": True})
-    with pytest.raises(TypeError, match="shuffle_ahead must be True or False"):
-        Tuning(shuffle_ahead=1)
+        make_train(PPOConfig(**SMALL), tuning={"predraw_max_bytes": 0})
+    with pytest.raises(ValueError, match="predraw_max_bytes must be an int >= 0"):
+        Tuning(predraw_max_bytes=-1)
 
 
 def test_eager_evaluate_compiles_one_program_once(small, caplog):
@@ -1143,7 +1120,7 @@ def test_trains_in_float32_with_jax_enable_x64():
     assert out.returncode == 0 and out.stdout.split() == ["ok", "True"], out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("num_envs", [4, 512])  # both shuffle paths: in the epoch, one epoch ahead
+@pytest.mark.parametrize("num_envs", [4, 512])
 def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
     """The keys of every update's rollout and of every epoch's shuffle are all different: a key
     carried to the next update that had already drawn a permutation would correlate the next
@@ -1171,7 +1148,6 @@ def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
     config = PPOConfig(**{**SMALL, "update_epochs": 3, "num_envs": num_envs,
                           "total_timesteps": num_envs * SMALL["num_steps"] * 3})
     train = Recorded(config, PPO_ALGORITHM)
-    assert train.tuning.shuffle_ahead == (num_envs == 512)
     jax.block_until_ready(jax.jit(train)(jax.random.key(0)))
     kinds = [kind for kind, _ in used]
     assert kinds.count("rollout") == config.num_updates
@@ -1180,13 +1156,13 @@ def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
 
 
 def test_accelerator_choices_can_be_forced_on_cpu(monkeypatch):
-    # The program a GPU would run, built on this CPU: every CPU speed choice off.
-    from fusedrl.platform import ENV_VAR, choices_for
+    # The platform the choices are made for: forced by choices_for or $FUSEDRL_PLATFORM.
+    from fusedrl.platform import ENV_VAR, choices_for, choices_platform
 
-    config = PPOConfig(**SMALL)
-    assert make_train(config).tuning != Tuning()
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert choices_platform() == jax.default_backend()
     with choices_for("gpu"):
-        assert make_train(config).tuning == Tuning()
-    assert make_train(config).tuning != Tuning()
-    monkeypatch.setenv(ENV_VAR, "gpu")
-    assert make_train(config).tuning == Tuning()
+        assert choices_platform("cpu") == "gpu"
+    assert choices_platform("cpu") == "cpu"
+    monkeypatch.setenv(ENV_VAR, "GPU")
+    assert choices_platform("cpu") == "gpu"

@@ -195,8 +195,7 @@ class Trainer:
         obs_shape = tuple(getattr(self.env.observation_space(self.env_params), "shape", None) or ())
         flat = (min(config.num_envs, 2), int(np.prod(obs_shape, dtype=np.int64)))  # FlattenObservation's
         self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
-                                     obs_shape=obs_shape, obs_example=jax.ShapeDtypeStruct(flat, jnp.float32),
-                                     cpu_weight_grad=tuning.cpu_weight_grad)
+                                     obs_shape=obs_shape, obs_example=jax.ShapeDtypeStruct(flat, jnp.float32))
         self.recurrent = isinstance(self.network, RecurrentActorCritic)
 
     # ----------------------------------------------------------------------------------- pieces
@@ -364,7 +363,7 @@ class Trainer:
         return minibatch_epochs(
             loss_fn, self.make_optimizer(hparams), params, opt_state, batch, key,
             epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=getattr(c, "target_kl", None),
-            normalize_adv_across=across, axis_name=self.axis_name, shuffle_ahead=self.tuning.shuffle_ahead,
+            normalize_adv_across=across, axis_name=self.axis_name,
         )
 
     def update_step(self, state: RunnerState, hparams: Hyperparams, venv):

@@ -19,8 +19,7 @@ from fusedrl.train.shuffle import permutations
 
 def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation, params, opt_state, batch,
                      key: jax.Array, *, epochs: int, minibatches: int, target_kl: float | None = None,
-                     normalize_adv_across: str | None = None, axis_name: str | None = None,
-                     shuffle_ahead: bool = False):
+                     normalize_adv_across: str | None = None, axis_name: str | None = None):
     """`epochs` passes over `batch` (a NamedTuple of [B, ...] arrays), each shuffled and cut into
     `minibatches` minibatches, one optimiser step per minibatch.
 
@@ -35,7 +34,6 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
         (and the early-stop KL) are averaged over it, so every shard takes the same step.
       normalize_adv_across: with `axis_name`, standardise `batch.advantage` per minibatch with the
         statistics of the global minibatch (all shards'); the loss must then not standardise again.
-      shuffle_ahead: `Tuning.shuffle_ahead` (same permutations, drawn one epoch ahead).
 
     Returns:
       (params, opt_state, means of the loss statistics, number of steps taken). After an early stop
@@ -76,20 +74,9 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
     def epoch(carry, k):
         return shuffle_and_step(carry, draw(k))
 
-    def epoch_ahead(carry, xs):  # draws the next epoch's permutation beside this epoch's steps
-        carry, perm = carry
-        i, k_next = xs
-        perm_next = jax.lax.cond(i + 1 < epochs, draw, lambda k: perm, k_next)  # none after the last
-        carry, stats = shuffle_and_step(carry, perm)
-        return (carry, perm_next), stats
-
     keys = jax.random.split(key, epochs)
     carry = (params, opt_state) if target_kl is None else (params, opt_state, jnp.bool_(False))
-    if shuffle_ahead:
-        ahead = (jnp.arange(epochs), jnp.concatenate([keys[1:], keys[:1]]))  # the last is unused
-        (carry, _), stats = jax.lax.scan(epoch_ahead, (carry, draw(keys[0])), ahead)
-    else:
-        carry, stats = jax.lax.scan(epoch, carry, keys)
+    carry, stats = jax.lax.scan(epoch, carry, keys)
     params, opt_state = carry[:2]
     if target_kl is None:
         return params, opt_state, jax.tree.map(jnp.mean, stats), jnp.int32(epochs * minibatches)

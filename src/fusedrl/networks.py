@@ -22,48 +22,13 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.sil
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-@jax.custom_vjp
-def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-    """x [..., n] @ w [n, m], whose weight gradient is laid out for XLA:CPU's matmul kernels.
-
-    Autodiff computes dL/dw = x^T g as a dot contracting the major (batch) axis of both operands,
-    which XLA:CPU runs on a generic path instead of its fast kernels (they contract the minor axis
-    of the left operand). The backward pass here first materialises the transpose of the narrower
-    of x [B, n] and g [B, m] (an optimisation barrier keeps XLA from folding it back into the dot):
-    x^T g when n <= m, else (g^T x)^T, whose final [m, n] -> [n, m] transpose is small. Values are
-    those of `x @ w` (tested against autodiff). Used by `Dense` only when `Tuning.cpu_weight_grad`
-    is on. Cost: being a `jax.custom_vjp`, it supports reverse-mode autodiff only (no
-    `jax.jvp`/`jax.jacfwd` through it).
-    """
-    return x @ w
-
-
-def _matmul_fwd(x, w):
-    return x @ w, (x, w)
-
-
-def _matmul_bwd(res, g):
-    x, w = res
-    x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-    barrier = jax.lax.optimization_barrier
-    if g2.shape[-1] < x2.shape[-1]:  # narrow output (a head): transpose g, not x
-        dw = barrier(barrier(g2.T) @ x2).T
-    else:
-        dw = barrier(x2.T) @ g2
-    return g @ w.T, dw
-
-
-matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-
 class Dense(nn.Module):
-    """`flax.linen.Dense` (same parameters: kernel [n, m], bias [m]); with `cpu_weight_grad`, its
-    product is `matmul`, whose weight gradient suits XLA:CPU."""
+    """`flax.linen.Dense` (same parameters: kernel [n, m], bias [m], always float32), computing in
+    `dtype`, without implicit rank promotion."""
 
     features: int
     kernel_init: Callable = nn.initializers.lecun_normal()
     bias_init: Callable = nn.initializers.zeros
-    cpu_weight_grad: bool = False
     dtype: Any = jnp.float32  # computation dtype; parameters are always float32
 
     @nn.compact
@@ -71,13 +36,13 @@ class Dense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
         bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
         x, kernel, bias = (a.astype(self.dtype) for a in (x, kernel, bias))
-        y = matmul(x, kernel) if self.cpu_weight_grad else x @ kernel
+        y = x @ kernel
         return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))  # no implicit rank promotion
 
 
-def _dense(features: int, scale: float, name: str, cpu_weight_grad: bool, dtype: Any) -> Dense:
-    return Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros,
-                 cpu_weight_grad=cpu_weight_grad, dtype=dtype, name=name)
+def _dense(features: int, scale: float, name: str, dtype: Any) -> Dense:
+    return Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros, dtype=dtype,
+                 name=name)
 
 
 def _torso(dense: Callable, act: Callable, widths: Sequence[int], prefix: str, x: jax.Array) -> jax.Array:
@@ -107,7 +72,6 @@ class ActorCritic(nn.Module):
       hidden_sizes: widths of the hidden layers of each torso.
       activation: a key of ACTIVATIONS.
       log_std_init: the initial log-std of the Gaussian policy (unused when discrete).
-      cpu_weight_grad: the layers' weight gradients in XLA:CPU's layout (`Tuning.cpu_weight_grad`).
       compute_dtype: "float32", or "bfloat16" for mixed precision: the layers compute in bfloat16
         from float32 parameters (the optimiser keeps float32), and the heads' outputs (logits or
         mean, value) are cast back to float32 for the log-probabilities and the losses.
@@ -118,14 +82,13 @@ class ActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     log_std_init: float = 0.0
-    cpu_weight_grad: bool = False
     compute_dtype: str = "float32"
 
     @nn.compact
     def __call__(self, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
         dtype = COMPUTE_DTYPES[self.compute_dtype]
-        dense = partial(_dense, cpu_weight_grad=self.cpu_weight_grad, dtype=dtype)
+        dense = partial(_dense, dtype=dtype)
         x = _torso(dense, act, self.hidden_sizes, "actor", obs)
         head = dense(self.action_dim, 0.01, "actor_head")(x).astype(jnp.float32)
         pi = _policy(self, head, self.discrete, self.log_std_init)
@@ -164,7 +127,7 @@ class RecurrentActorCritic(nn.Module):
     @nn.compact
     def __call__(self, carry, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
-        dense = partial(_dense, cpu_weight_grad=False, dtype=jnp.float32)
+        dense = partial(_dense, dtype=jnp.float32)
         x = _torso(dense, act, self.hidden_sizes[:1], "embed", obs)
         cells = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
         carry, x = cells[self.cell](self.recurrent_size, kernel_init=orthogonal(1.0),
@@ -195,7 +158,7 @@ def network_module(path: str) -> str:
 
 
 def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[int, ...],
-                  obs_example: jax.ShapeDtypeStruct, cpu_weight_grad: bool = False) -> nn.Module:
+                  obs_example: jax.ShapeDtypeStruct) -> nn.Module:
     """The trainer's network: `ActorCritic` from the config, or the module `config.network` builds.
 
     `config.network = "module:function"` imports `module` (from the Python path; the command-line
@@ -209,8 +172,6 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     checked here, by tracing one call (no compile). Use `fusedrl.initializers.orthogonal`, not
     flax's, for orthogonal weights: flax's uses a QR decomposition, which has deadlocked XLA's CPU
     thread pool under `jax.vmap` on 2 cores.
-
-    `cpu_weight_grad` (`Tuning.cpu_weight_grad`) applies to the built-in network only.
     """
     if getattr(config, "recurrent", None) is not None:
         return RecurrentActorCritic(
@@ -220,7 +181,6 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     if config.network is None:
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, log_std_init=float(config.log_std_init),
-                           cpu_weight_grad=cpu_weight_grad,
                            compute_dtype=getattr(config, "compute_dtype", "float32"))
     import importlib
 
@@ -343,4 +303,4 @@ def param_count(params) -> int:
 
 
 __all__ = ["ACTIVATIONS", "RECURRENT_CELLS", "ActorCritic", "Dense", "RecurrentActorCritic", "build_network",
-           "matmul", "param_count", "value_only"]
+           "param_count", "value_only"]

@@ -1,8 +1,9 @@
 """The one place where fusedrl's choices depend on the platform.
 
-Two things differ by platform: the trainer's speed choices (`fusedrl.train.tuning.resolve_tuning`)
-and whether a sweep or a multi-seed CLI run splits its runs over host threads ("streams", one per
-core, on a lone CPU device). Both ask `choices_platform` which platform to choose for.
+Whether a sweep or a multi-seed CLI run splits its runs over host threads ("streams", one per core,
+on a lone CPU device) differs by platform, and the trainer's speed record is resolved for one
+(`fusedrl.train.tuning.resolve_tuning`; today the same everywhere). Both ask `choices_platform`
+which platform to choose for.
 
 To run the program an accelerator would run on a CPU (CI has no GPU), force the choices:
 
