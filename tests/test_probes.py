@@ -123,3 +123,16 @@ def test_the_two_step_probe_fails_a_recurrent_learner_that_does_not_learn():
     hparams = probe_config(fusedrl.PPOConfig, "probe:TwoStep-v0", **RECURRENT).hparams().replace(lr=1e-9)
     with pytest.raises(AssertionError, match="probe:TwoStep-v0"):
         assert_learns_probe(fusedrl.PPOConfig, "probe:TwoStep-v0", hparams=hparams, **RECURRENT)
+
+
+@pytest.mark.parametrize("env_id", ["probe:ConstantReward-v0", "probe:ActionReward-v0"])
+def test_mixed_precision_learns_the_probes_with_float32_parameters(env_id):
+    # compute_dtype="bfloat16": the layers compute in bfloat16, and the critic's value and the
+    # policy's answer are still learned; parameters and Adam's moments stay float32.
+    config = probe_config(fusedrl.PPOConfig, env_id, compute_dtype="bfloat16")
+    assert_learns_probe(config, env_id)
+    train, jitted = _compiled(config)
+    state = jitted(jax.random.key(0), config.hparams()).state
+    assert {x.dtype for x in jax.tree.leaves((state.params, state.opt_state))
+            if jnp.issubdtype(x.dtype, jnp.floating)} == {jnp.dtype(jnp.float32)}
+    assert "bf16" in jax.jit(train).lower(jax.random.key(0)).as_text()

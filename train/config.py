@@ -295,6 +295,9 @@ class PPOConfig(OnPolicyConfig):
         recurrent_size units, is carried through the rollout and reset where an env's episode
         starts; the update replays each env's sequence from the state it had, with minibatches of
         whole envs (num_minibatches must divide num_envs).
+      compute_dtype: "float32", or "bfloat16" for mixed precision: the built-in MLP computes its
+        layers in bfloat16 from float32 parameters (Adam's state stays float32; log-probabilities
+        and losses are computed in float32). Not with recurrent or your own network.
       env_params: overrides of the env's params (physics constants, time limit).
     """
 
@@ -326,6 +329,7 @@ class PPOConfig(OnPolicyConfig):
     target_kl: float | None = None
     recurrent: str | None = None
     recurrent_size: int = 128
+    compute_dtype: str = "float32"
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     algo: ClassVar[str] = "ppo"
@@ -782,6 +786,13 @@ def _validate_recurrent(c) -> None:
     if not is_int(c.recurrent_size) or c.recurrent_size <= 0:
         raise ValueError(f"recurrent_size must be a positive int (the cell's width, e.g. 128), got "
                          f"{c.recurrent_size!r}.")
+    if c.compute_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16' (mixed precision), got "
+                         f"{c.compute_dtype!r}.")
+    if c.compute_dtype != "float32" and (c.recurrent is not None or c.network is not None):
+        raise ValueError(f"compute_dtype={c.compute_dtype!r} applies to the built-in MLP only: set "
+                         f"recurrent=None and network=None, or compute_dtype='float32' (your own network "
+                         f"picks its dtype itself, e.g. nn.Dense(64, dtype=jnp.bfloat16)).")
     if c.recurrent is None:
         return
     if c.network is not None:
