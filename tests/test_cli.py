@@ -699,7 +699,8 @@ def test_help_and_envs():
     # The preset column does not depend on --gymnax (which only adds the gymnax envs' spaces).
     marked = {line.split()[0] for line in out.splitlines()[1:] if line.endswith("  yes")}
     assert marked == {"CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
-                      "MountainCarContinuous-v0", "gymnax:Breakout-MinAtar", "gymnax:SpaceInvaders-MinAtar"}
+                      "MountainCarContinuous-v0", "gymnax:Breakout-MinAtar", "gymnax:SpaceInvaders-MinAtar",
+                      "gymnax:MemoryChain-bsuite"}
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C
