@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from fusedrl._warnings import warn_user
+from fusedrl.envs import suites
 
 GYMNAX_PREFIX = "gymnax:"
 GYMNASIUM_PREFIX = "gymnasium:"  # the host bridge's (envs/host.py)
@@ -38,7 +39,9 @@ def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False
     """
     if not isinstance(env_id, str) or not env_id:
         raise TypeError(f"env_id must be a non-empty string, got {env_id!r}.")
-    for prefix, owner in ((GYMNAX_PREFIX, "gymnax"), (GYMNASIUM_PREFIX, "Gymnasium (the host bridge)")):
+    reserved = [(GYMNAX_PREFIX, "gymnax"), (GYMNASIUM_PREFIX, "Gymnasium (the host bridge)")]
+    reserved += [(f"{p}:", f"the {p} suite") for p in suites.SUITES]
+    for prefix, owner in reserved:
         if env_id.startswith(prefix):
             raise ValueError(f"ids starting with {prefix!r} are reserved for {owner} environments; "
                              f"register {env_id[len(prefix):]!r} instead.")
@@ -125,14 +128,40 @@ def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
         )
 
 
-def registered_ids(include_gymnax: bool = True) -> list[str]:
-    """Our ids, then every gymnax id with the `gymnax:` prefix."""
+def registered_ids(include_gymnax: bool = True, include_suites: bool = False) -> list[str]:
+    """Our ids, then every gymnax id with the `gymnax:` prefix, then (with `include_suites`) the ids
+    of every installed env suite ("brax:ant", ...; `fusedrl.envs.suites`)."""
     ids = list(_REGISTRY)
     if include_gymnax:
         import gymnax
 
         ids += [GYMNAX_PREFIX + i for i in gymnax.registered_envs]
+    if include_suites:
+        for prefix in suites.SUITES:
+            if suites.is_installed(prefix):
+                ids += suites.env_ids(prefix)
     return ids
+
+
+def _make_suite_env(env_id: str, prefix: str, name: str) -> Any:
+    """The env of a suite id ("brax:ant"): errors name the install command (suite missing) or the
+    suite's ids, closest first (name unknown)."""
+    names = suites.adapter(prefix).env_names()
+    if name not in names:
+        raise _unknown(env_id, [f"{prefix}:{n}" for n in names])
+    env = suites.make_env(prefix, name)
+    check_env_interface(env_id, env)
+    return env
+
+
+def _unknown_prefix(env_id: str) -> ValueError:
+    prefix = env_id.partition(":")[0]
+    listing = ", ".join(f"{p}:" for p in suites.known_prefixes())
+    near = difflib.get_close_matches(prefix.lower(), suites.known_prefixes(), n=1, cutoff=0.6)
+    hint = f" Did you mean {near[0] + ':'!r}?" if near else ""
+    return ValueError(f"Unknown environment suite {prefix + ':'!r} in {env_id!r}.{hint} Known prefixes: "
+                      f"{listing} (and ids you register, which may contain ':'). `fusedrl envs` lists "
+                      f"every id.")
 
 
 def _unknown(env_id: str, valid: list[str]) -> ValueError:
@@ -229,7 +258,8 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
 
     Args:
       env_id: one of ours ("CartPole-v1", ...), or any gymnax id prefixed with "gymnax:"
-        (e.g. "gymnax:Breakout-MinAtar"), or any Gymnasium id prefixed with "gymnasium:"
+        (e.g. "gymnax:Breakout-MinAtar"), an env of an installed suite ("brax:ant", "jumanji:Snake-v1",
+        ...; `fusedrl.envs.suites`), or any Gymnasium id prefixed with "gymnasium:"
         (a host env: returns (HostEnv, None); its overrides go to gymnasium.make).
       **overrides: env params to change from their defaults (e.g. gravity=12.0). Names that are not
         fields of the env's params raise an error listing the valid ones.
@@ -252,8 +282,15 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
         if name not in gymnax.registered_envs:
             raise _unknown(env_id, registered_ids())
         env, params = gymnax.make(name)
+    elif env_id not in _REGISTRY and (suite := suites.split_id(env_id)):
+        env = _make_suite_env(env_id, *suite)
+        params = env.default_params
     else:
         if env_id not in _REGISTRY:
+            prefix = env_id.partition(":")[0] + ":"
+            if ":" in env_id and prefix[:-1] not in suites.known_prefixes() and not any(
+                    i.startswith(prefix) for i in _REGISTRY):
+                raise _unknown_prefix(env_id)
             raise _unknown(env_id, registered_ids())
         env = _REGISTRY[env_id]()
         check_env_interface(env_id, env)
