@@ -18,30 +18,52 @@ from fusedrl.streams import usable_cores
 TINY = ["--num-envs", "1,4", "--steps", "5", "--repeats", "1", "--min-time", "0"]
 
 
-def test_envs_bench_prints_table_and_json_rows(capsys):
-    assert bench_envs.main(TINY) == 0
-    out = capsys.readouterr().out
+def _table_and_rows(out: str) -> tuple[list[list[str]], list[dict]]:
+    """The table rows (split into words) and the JSON rows of `bench envs` output."""
     lines = out.splitlines()
-
-    assert any("jax " in line and "device " in line for line in lines), out
-    header = [i for i, line in enumerate(lines) if line.split()[:1] == ["num_envs"]]
+    header = [i for i, line in enumerate(lines) if line.split()[:2] == ["env", "num_envs"]]
     assert len(header) == 1, out
-    table = [line.split() for line in lines[header[0] + 1 : header[0] + 3]]
-    assert [int(row[0]) for row in table] == [1, 4], out
+    rows = [json.loads(line) for line in lines if line.startswith("{")]
+    table = [line.split() for line in lines[header[0] + 1 : header[0] + 1 + len(rows)]]
+    return table, rows
+
+
+def test_envs_bench_prints_table_and_json_rows(capsys):
+    assert bench_envs.main(TINY) == 0  # no --env: CartPole-v1, ours against gymnax's of that name
+    out = capsys.readouterr().out
+    assert any("jax " in line and "device " in line for line in out.splitlines()), out
+    table, rows = _table_and_rows(out)
+    assert [(row[0], int(row[1]), row[4]) for row in table] == [("CartPole-v1", 1, "gymnax"),
+                                                                ("CartPole-v1", 4, "gymnax")], out
     for row in table:
         assert row[-1].endswith("x") and float(row[-1][:-1]) > 0, out
 
-    rows = [json.loads(line) for line in lines if line.startswith("{")]
     assert [row["num_envs"] for row in rows] == [1, 4]
     for row in rows:
-        assert row["bench"] == "envs" and row["env_id"] == "CartPole-v1"
+        assert row["bench"] == "envs" and row["env_id"] == "CartPole-v1" and row["baseline"] == "gymnax"
         assert row["jax"] and row["device"]
         assert row["scan_steps"] >= 5
-        for field in ("ours_steps_per_s", "gymnax_steps_per_s", "ratio", "paired_ratio"):
+        for field in ("ours_steps_per_s", "baseline_steps_per_s", "ratio", "paired_ratio"):
             assert math.isfinite(row[field]) and row[field] > 0, (field, row)
-        assert len(row["ours_seconds"]) == len(row["gymnax_seconds"]) == 1
-        expected = row["ours_steps_per_s"] / row["gymnax_steps_per_s"]
+        assert len(row["ours_seconds"]) == len(row["baseline_seconds"]) == 1
+        expected = row["ours_steps_per_s"] / row["baseline_steps_per_s"]
         assert row["ratio"] == pytest.approx(expected)
+
+
+def test_envs_bench_steps_a_gymnax_id_and_an_env_without_baseline_in_one_table(capsys):
+    argv = ["--env", "gymnax:Catch-bsuite", "--env", "probe:ActionReward-v0", "--num-envs", "3",
+            "--steps", "4", "--repeats", "1", "--min-time", "0"]
+    assert bench_envs.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "probe:ActionReward-v0: no baseline: gymnax has no env of this name" in out
+    table, rows = _table_and_rows(out)
+    assert [row[:2] + row[4:5] for row in table] == [["gymnax:Catch-bsuite", "3", "gymnax"],
+                                                     ["probe:ActionReward-v0", "3", "-"]], out
+    assert table[1][-3:] == ["-", "-", "-"], out  # no baseline steps/s, ratio or paired ratio
+    catch, probe = rows
+    assert catch["env_id"] == "gymnax:Catch-bsuite" and catch["ratio"] > 0
+    assert probe["baseline"] is None and probe["ratio"] is None and probe["baseline_seconds"] is None
+    assert math.isfinite(probe["ours_steps_per_s"]) and probe["ours_steps_per_s"] > 0
 
 
 @pytest.mark.parametrize("bad", [["--num-envs", "0"], ["--num-envs", "4,x"], ["--repeats", "0"]])
@@ -50,6 +72,183 @@ def test_envs_bench_rejects_bad_arguments(bad, capsys):
         bench_envs.main(bad)
     assert exc.value.code == 2
     assert "positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env_id, message", [
+    ("CartPoel-v1", "did you mean 'CartPole-v1'"),
+    ("gymnax:Nope", "Unknown environment id 'gymnax:Nope'"),
+    ("gymnasium:CartPole-v1", "Gymnasium envs step on the host"),
+    ("nosuite:x", "Unknown environment suite 'nosuite:'"),
+])
+def test_envs_bench_rejects_bad_env_ids_before_compiling(env_id, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench_envs.main(["--env", "CartPole-v1", "--env", env_id])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""  # nothing ran, not even the first env
+
+
+def test_envs_bench_parses_repeated_env_ids_in_order_and_defaults_to_cartpole():
+    parser = bench_envs.build_parser()
+    assert parser.parse_args([]).envs is None  # main then benchmarks ENV_ID
+    assert bench_envs.ENV_ID == "CartPole-v1"
+    args = parser.parse_args(["--env", "gymnax:Breakout-MinAtar", "--env", "brax:ant", "--num-envs", "8"])
+    assert args.envs == ["gymnax:Breakout-MinAtar", "brax:ant"] and args.num_envs == [8]
+
+
+def test_envs_bench_masked_actions_are_uniform_over_the_allowed_ones():
+    import jax
+    import jax.numpy as jnp
+
+    from fusedrl.envs.base import Discrete
+
+    actions = bench_envs.Actions(Discrete(4), masked=True)
+    x = actions.draw(jax.random.key(0), 4000, 2)  # [steps, envs, actions]
+    assert x.shape == (4000, 2, 4)
+    mask = jnp.array([[True, False, True, False], [False, False, False, True]])
+    picked = jax.vmap(lambda xt: actions.pick(xt, mask))(x)  # [steps, envs]
+    counts = [jnp.bincount(picked[:, e], length=4).tolist() for e in range(2)]
+    assert counts[1] == [0, 0, 0, 4000]
+    assert counts[0][1] == counts[0][3] == 0 and abs(counts[0][0] - 2000) < 150, counts
+    unmasked = jax.vmap(actions.pick)(x)  # the baseline's side: any action
+    assert sorted(set(unmasked.ravel().tolist())) == [0, 1, 2, 3]
+
+
+def _fake_suite_module(name: str):
+    """A small env suite of our own, `benchfake:Pick-v0`, on the suite-adapter contract of
+    `fusedrl.envs.suites` (env_names, make_env, native_stepper): four actions, of which the
+    observation's `action_mask` allows one (a new one each step, `time % 4`); reward 1 for the
+    allowed action, else 0; episodes never terminate and are truncated after 1000 steps."""
+    import types
+
+    import jax
+    import jax.numpy as jnp
+    from flax import struct
+
+    from fusedrl.envs._gymnax import spaces
+    from fusedrl.envs.base import Discrete, Environment, EnvParams, EnvState
+
+    @struct.dataclass
+    class PickState(EnvState):
+        time: jax.Array  # [] int32
+
+    @struct.dataclass
+    class PickParams(EnvParams):
+        max_steps_in_episode: int = 1000
+
+    class Pick(Environment):
+        deterministic_step = True
+        name = "benchfake:Pick-v0"
+
+        @property
+        def default_params(self):
+            return PickParams()
+
+        def reset_env(self, key, params):
+            state = PickState(time=jnp.int32(0))
+            return self.get_obs(state), state
+
+        def step_env(self, key, state, action, params):
+            reward = (action == state.time % 4).astype(jnp.float32)
+            state = state.replace(time=state.time + 1)
+            return self.get_obs(state), state, reward, jnp.bool_(False), {}
+
+        def get_obs(self, state, params=None, key=None):
+            return {"cue": jnp.zeros(1, jnp.float32), "action_mask": jnp.arange(4) == state.time % 4}
+
+        def action_space(self, params=None):
+            return Discrete(4)
+
+        def observation_space(self, params=None):
+            return spaces.Dict({"cue": spaces.Box(0.0, 0.0, (1,), jnp.float32),
+                                "action_mask": spaces.Box(0, 1, (4,), jnp.bool_)})
+
+    module = types.ModuleType(name)
+    module.calls = []  # (name, num_envs) of each native_stepper call, then each action's shape and dtype
+
+    def native_stepper(env_name, num_envs):
+        """The suite's own stepping: its vmapped step with its own auto-reset (gymnax's `step`)."""
+        module.calls.append((env_name, num_envs))
+        env = Pick()
+        params = env.default_params
+
+        def init(key):
+            return jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_envs), params)[1]
+
+        def step(state, action):
+            module.calls.append((action.shape, str(action.dtype)))
+            keys = jax.random.split(jax.random.key(0), num_envs)
+            vstep = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+            _, state, reward, _, _, _ = vstep(keys, state, action, params)
+            return state, reward
+
+        return init, step
+
+    module.env_names = lambda: ["Pick-v0"]
+    module.make_env = lambda env_name: Pick()
+    module.native_stepper = native_stepper
+    return module
+
+
+@pytest.fixture
+def fake_suite(monkeypatch):
+    """`benchfake:` registered as an env suite (its adapter module in sys.modules), for this test."""
+    from fusedrl.envs import suites
+
+    suite = suites.Suite("benchfake", "benchfake", ("jax",), "a suite of the tests")
+    module = _fake_suite_module(suite.module)
+    monkeypatch.setitem(suites.SUITES, suite.prefix, suite)
+    monkeypatch.setitem(sys.modules, suite.module, module)
+    return module
+
+
+def test_envs_bench_steps_a_suite_env_against_its_adapters_native_stepper(fake_suite, capsys):
+    argv = ["--env", "benchfake:Pick-v0", "--num-envs", "2", "--steps", "3", "--repeats", "1",
+            "--min-time", "0"]
+    assert bench_envs.main(argv) == 0
+    table, [row] = _table_and_rows(capsys.readouterr().out)
+    assert table[0][:2] + table[0][4:6] == ["benchfake:Pick-v0", "2", "benchfake", "native_stepper"]
+    assert row["baseline"] == "benchfake native_stepper" and row["ratio"] > 0
+    # Called once for the row's batch size; its step saw one action per env, in our action space's dtype.
+    assert fake_suite.calls == [("Pick-v0", 2), ((2,), "int32")]
+
+
+def test_envs_bench_ours_takes_only_actions_the_action_mask_allows(fake_suite):
+    import jax
+
+    target = bench_envs.resolve("benchfake:Pick-v0")
+    assert target.ours.args[2] == bench_envs.Actions(target.ours.args[2].space, masked=True)
+    init, run = target.ours(2, 3)
+    acc = run(init(jax.random.key(0)), 2)[-1]
+    # Per env and step: the mask sums to 1, the cue to 0, reward 1 for the allowed action, no episode ends.
+    assert float(acc) == 2 * 3 * 2 * (1 + 1)
+
+
+def test_envs_bench_suite_adapter_without_native_stepper_has_no_baseline(fake_suite, monkeypatch):
+    monkeypatch.delattr(fake_suite, "native_stepper")
+    target = bench_envs.resolve("benchfake:Pick-v0")  # nothing compiles
+    assert target.baseline is None and target.baseline_name is None
+    assert target.note == (
+        "benchfake:Pick-v0: no baseline: the benchfake adapter (fusedrl.envs._benchfake) defines no "
+        "native_stepper(name, num_envs), the suite's own vmapped step with its own auto-reset; its rows "
+        "time ours alone.")
+
+
+def test_envs_bench_native_stepper_reward_of_another_shape_is_an_error_naming_the_protocol(fake_suite):
+    import jax
+
+    stepper = fake_suite.native_stepper
+
+    def bad_stepper(name, num_envs):
+        init, step = stepper(name, num_envs)
+        return init, lambda state, action: (lambda s, r: (s, r[:, None]))(*step(state, action))
+
+    bad_stepper.__module__ = fake_suite.__name__
+    target = bench_envs.resolve("benchfake:Pick-v0")
+    init, run = bench_envs.make_native(bad_stepper, "Pick-v0", target.ours.args[2], 2, 3)
+    with pytest.raises(ValueError, match=r"fusedrl\.envs\._benchfake\.native_stepper\('Pick-v0', 2\): step "
+                       r"returned a reward of shape \(2, 1\); the protocol is step\(carry, action\)"):
+        jax.eval_shape(run, jax.eval_shape(init, jax.random.key(0)), 1)
 
 
 def test_subcommands_include_envs_and_skip_private_modules():
@@ -576,8 +775,8 @@ def test_envs_bench_size_calibrates_on_the_faster_side_and_reports_medians_of_al
     import jax
     import jax.numpy as jnp
 
-    per_chunk = {"ours": 1e-3, "gymnax": 3e-3}  # while calibrating: ours is the faster side
-    timed = {"ours": [0.010, 0.030, 0.012], "gymnax": [0.040, 0.030, 0.060]}  # the 3 repeats
+    per_chunk = {"ours": 1e-3, "baseline": 3e-3}  # while calibrating: ours is the faster side
+    timed = {"ours": [0.010, 0.030, 0.012], "baseline": [0.040, 0.030, 0.060]}  # the 3 repeats
     calls = []
 
     def builder(impl):
@@ -596,18 +795,27 @@ def test_envs_bench_size_calibrates_on_the_faster_side_and_reports_medians_of_al
         # Calibration times 1 chunk, then 10 (1 ms per chunk of ours: 10 ms >= --min-time 9 ms).
         return per_chunk[run.impl] * int(num_chunks) if seen <= 2 else timed[run.impl][seen - 3]
 
-    monkeypatch.setattr(bench_envs, "BUILDERS", {impl: builder(impl) for impl in bench_envs.IMPLS})
     monkeypatch.setattr(bench_envs, "_time_call", time_call)
-    row = bench_envs.bench_size(8, 5, repeats=3, min_time=0.009, key=jax.random.key(0))
+    target = bench_envs.Target("X-v0", builder("ours"), builder("baseline"), "gymnax")
+    row = bench_envs.bench_size(target, 8, 5, repeats=3, min_time=0.009, key=jax.random.key(0))
+    assert row["env_id"] == "X-v0" and row["baseline"] == "gymnax"
     assert row["scan_steps"] == 5 * 10  # calibrated until the faster side lasts --min-time
-    assert calls[-6:] == [("ours", 10), ("gymnax", 10), ("gymnax", 10), ("ours", 10),
-                          ("ours", 10), ("gymnax", 10)]  # the first of each pair alternates
-    assert row["ours_seconds"] == timed["ours"] and row["gymnax_seconds"] == timed["gymnax"]
+    assert calls[-6:] == [("ours", 10), ("baseline", 10), ("baseline", 10), ("ours", 10),
+                          ("ours", 10), ("baseline", 10)]  # the first of each pair alternates
+    assert row["ours_seconds"] == timed["ours"] and row["baseline_seconds"] == timed["baseline"]
     # steps/s count every env's steps, over the median of the repeats.
     assert row["ours_steps_per_s"] == pytest.approx(8 * 50 / 0.012)
-    assert row["gymnax_steps_per_s"] == pytest.approx(8 * 50 / 0.040)
+    assert row["baseline_steps_per_s"] == pytest.approx(8 * 50 / 0.040)
     assert row["ratio"] == pytest.approx(0.040 / 0.012)
-    assert row["paired_ratio"] == pytest.approx(4.0)  # median of gymnax/ours per repeat: 4, 1, 5
+    assert row["paired_ratio"] == pytest.approx(4.0)  # median of baseline/ours per repeat: 4, 1, 5
+
+    calls.clear()  # without a baseline: ours alone, calibrated on itself
+    alone = bench_envs.Target("X-v0", builder("ours"), None, None, "no baseline")
+    row = bench_envs.bench_size(alone, 8, 5, repeats=3, min_time=0.009, key=jax.random.key(0))
+    assert {impl for impl, _ in calls} == {"ours"} and row["scan_steps"] == 5 * 10
+    assert row["ours_steps_per_s"] == pytest.approx(8 * 50 / 0.012)
+    assert row["baseline_steps_per_s"] is None and row["baseline_seconds"] is None
+    assert row["ratio"] is None and row["paired_ratio"] is None
 
 
 def test_compile_then_run_times_the_compile_apart_from_the_run():
