@@ -23,9 +23,9 @@ actions:
     auto-reset (`init(key) -> carry`, `step(carry, action [N, ...]) -> (carry, reward [N])`);
   - any other env (or an adapter without `native_stepper`): none; its rows time ours alone.
 
-When the observation has an `action_mask` entry (Discrete actions), a chunk draws one uniform
-number per (step, env, action) instead, and each step of ours takes the largest among the actions
-its current observation allows: a uniformly random allowed action, as
+When the observation space is a Dict with an `action_mask` entry (Discrete actions), a chunk
+draws one uniform number per (step, env, action) instead, and each step of ours takes the largest
+among the actions its current observation allows: a uniformly random allowed action, as
 `fusedrl.envs.checks.random_action` draws. The baseline's step returns no observation, so it takes
 the largest over all actions: the same operation, at the same cost.
 
@@ -164,11 +164,11 @@ def _action_mask(obs: Any) -> Any:
 
 
 def _actions_of(env_id: str, env: Any, params: Any) -> Actions:
+    """The env's action source; masked when its observation space (a Dict) has an `action_mask`."""
     from fusedrl.envs._gymnax import spaces
 
-    space = env.action_space(params)
-    obs, _ = jax.eval_shape(env.reset_env, jax.random.key(0), params)  # traced once, not compiled
-    mask = _action_mask(obs)
+    space, obs_space = env.action_space(params), env.observation_space(params)
+    mask = obs_space.spaces.get("action_mask") if isinstance(obs_space, spaces.Dict) else None
     if mask is None:
         return Actions(space)
     if not isinstance(space, spaces.Discrete) or math.prod(mask.shape) != int(space.n):
