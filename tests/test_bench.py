@@ -184,6 +184,7 @@ def _fake_suite_module(name: str):
 
         return init, step
 
+    module.Pick = Pick
     module.env_names = lambda: ["Pick-v0"]
     module.make_env = lambda env_name: Pick()
     module.native_stepper = native_stepper
@@ -232,6 +233,22 @@ def test_envs_bench_suite_adapter_without_native_stepper_has_no_baseline(fake_su
         "benchfake:Pick-v0: no baseline: the benchfake adapter (fusedrl.envs._benchfake) defines no "
         "native_stepper(name, num_envs), the suite's own vmapped step with its own auto-reset; its rows "
         "time ours alone.")
+
+
+def test_envs_bench_action_mask_that_does_not_fit_the_action_space_is_a_usage_error(fake_suite, monkeypatch,
+                                                                                    capsys):
+    from fusedrl.envs.base import Discrete
+
+    class PickOfThree(fake_suite.Pick):
+        def action_space(self, params=None):
+            return Discrete(3)
+
+    monkeypatch.setattr(fake_suite, "make_env", lambda env_name: PickOfThree())
+    with pytest.raises(SystemExit) as exc:
+        bench_envs.main(["--env", "benchfake:Pick-v0"])
+    assert exc.value.code == 2
+    assert ("benchfake:Pick-v0: its observation's action_mask has shape (4,), which does not fit its action "
+            "space Discrete(3") in capsys.readouterr().err
 
 
 def test_envs_bench_native_stepper_reward_of_another_shape_is_an_error_naming_the_protocol(fake_suite):
