@@ -60,6 +60,8 @@ class NavixEnv(Environment):
 
     # Navix's randomness (moving obstacles) comes from the key in its state, not step_env's key.
     deterministic_step = True
+    # A reset lays out a level (walls, doors, keys, the player at random places for most ids).
+    expensive_reset = True
 
     def __init__(self, name: str):
         super().__init__()
