@@ -41,7 +41,7 @@ def test_observation_is_navix_uint8_grid():
 @pytest.fixture(scope="module")
 def scripted():
     """One env stepped through VecEnv by `actions`: (obs, reward, terminated, truncated, final_obs)
-    per step, with the time limit `limit`; one compiled program per (limit, length)."""
+    per step, with the time limit `limit` (traced); one compiled program per length."""
     env, params = fusedrl.make(EMPTY)
     vec = VecEnv(env, 1)
 
@@ -83,11 +83,11 @@ def test_termination_on_the_goal_as_navix_says(scripted):
 
 
 def test_truncation_at_the_time_limit_as_navix_says(scripted):
-    obs, reward, term, trunc, final = scripted([CCW] * 4, 3)
+    obs, reward, term, trunc, final = scripted([CCW] * 6, 3)  # 6 steps: the other tests' program
     theirs = _navix_steps([CCW] * 3, max_steps=3)
     assert int(theirs[-1].step_type) == 1  # navix: TRUNCATION after 3 steps
-    np.testing.assert_array_equal(trunc, [0, 0, 1, 0])
-    np.testing.assert_array_equal(term, [0, 0, 0, 0])
+    np.testing.assert_array_equal(trunc, [0, 0, 1, 0, 0, 1])
+    np.testing.assert_array_equal(term, [0, 0, 0, 0, 0, 0])
     np.testing.assert_array_equal(final[2], theirs[-1].observation)
 
 

@@ -41,7 +41,7 @@ def test_observation_is_the_suites_uint8_view():
 @pytest.fixture(scope="module")
 def scripted():
     """One env stepped through VecEnv by `actions`: (obs, reward, terminated, truncated, final_obs)
-    per step, with the time limit `limit`; one compiled program per length."""
+    per step, with the time limit `limit` (traced); one compiled program per length."""
     env, params = fusedrl.make(EMPTY)
     vec = VecEnv(env, 1)
 
@@ -86,11 +86,11 @@ def test_termination_and_reward_as_the_suite_says(scripted, limit):
 
 
 def test_truncation_at_the_time_limit_as_the_suite_says(scripted):
-    obs, reward, term, trunc, final = scripted([LEFT] * 4, 3)
+    obs, reward, term, trunc, final = scripted([LEFT] * 6, 3)  # 6 steps: the other tests' program
     theirs = _suite_steps([LEFT] * 3, max_steps=3)
     assert bool(theirs[-1].last()) and float(theirs[-1].discount) == 1.0  # the suite's truncation
-    np.testing.assert_array_equal(trunc, [0, 0, 1, 0])
-    np.testing.assert_array_equal(term, [0, 0, 0, 0])
+    np.testing.assert_array_equal(trunc, [0, 0, 1, 0, 0, 1])
+    np.testing.assert_array_equal(term, [0, 0, 0, 0, 0, 0])
     np.testing.assert_array_equal(final[2], theirs[-1].observation)
 
 
