@@ -33,6 +33,14 @@ from xminigrid.wrappers import GymAutoResetWrapper
 from fusedrl.envs._gymnax import environment, spaces
 from fusedrl.envs.base import Environment
 
+
+def _suite_code():
+    """Some of the suite's code broadcasts across ranks implicitly (LockedRoom's [2] against [1, 2]):
+    run it with rank promotion allowed even where the user's jax config raises on it (fusedrl's
+    tests do)."""
+    return jax.numpy_rank_promotion("allow")
+
+
 #: Ids that need a benchmark download (a ruleset) to mean anything; see the module docstring.
 NEEDS_BENCHMARK_PREFIX = "XLand-MiniGrid-"
 
@@ -76,14 +84,16 @@ class XMiniGridEnv(Environment):
         return int(self._env.num_actions(self._params))
 
     def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        timestep = self._env.reset(self._params, key)
+        with _suite_code():
+            timestep = self._env.reset(self._params, key)
         return timestep.observation, EnvState(timestep=timestep, time=jnp.zeros((), jnp.int32))
 
     def step_env(self, key: jax.Array, state: EnvState, action: jax.Array, params: EnvParams):
         # The suite's step reads `max_steps` for its time-penalised reward and its own truncation
         # flag (not used here): it gets our time limit, traced.
         suite_params = self._params.replace(max_steps=params.max_steps_in_episode)
-        timestep = self._env.step(suite_params, state.timestep, jnp.asarray(action, jnp.int32))
+        with _suite_code():
+            timestep = self._env.step(suite_params, state.timestep, jnp.asarray(action, jnp.int32))
         terminated = timestep.discount == 0.0
         timestep = timestep.replace(step_type=timestep.step_type.astype(jnp.uint8),
                                     reward=timestep.reward.astype(jnp.float32),
@@ -137,10 +147,12 @@ def native_stepper(name: str, num_envs: int):
     env = GymAutoResetWrapper(env)
 
     def init(key: jax.Array):
-        return jax.vmap(env.reset, in_axes=(None, 0))(params, jax.random.split(key, num_envs))
+        with _suite_code():
+            return jax.vmap(env.reset, in_axes=(None, 0))(params, jax.random.split(key, num_envs))
 
     def step(carry, action: jax.Array):
-        timestep = jax.vmap(env.step, in_axes=(None, 0, 0))(params, carry, action)
+        with _suite_code():
+            timestep = jax.vmap(env.step, in_axes=(None, 0, 0))(params, carry, action)
         return timestep, timestep.reward.astype(jnp.float32)
 
     return init, step

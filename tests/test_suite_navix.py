@@ -11,7 +11,7 @@ import pytest
 navix = pytest.importorskip("navix", reason="navix is not installed (pip install -e \".[navix]\")")
 
 import fusedrl  # noqa: E402
-from fusedrl.envs import VecEnv  # noqa: E402
+from fusedrl.envs import VecEnv, suites  # noqa: E402
 from fusedrl.envs._navix import native_stepper  # noqa: E402
 from fusedrl.envs.checks import check_env  # noqa: E402
 
@@ -114,6 +114,22 @@ def test_resets_draw_fresh_initial_states():
     reset = jax.jit(jax.vmap(env.reset_env, in_axes=(0, None)))
     obs = reset(jax.random.split(jax.random.key(0), 8), params)[0]
     assert len({np.asarray(o).tobytes() for o in obs}) > 1
+
+
+def test_every_id_traces_with_matching_shapes():
+    # Traced, not compiled: each id's reset and step agree with its spaces, and a stepped state has
+    # the structure, shapes and dtypes of a reset one (VecEnv selects between the two).
+    key, action = jax.random.key(0), jnp.zeros((), jnp.int32)
+    for env_id in suites.env_ids("navix"):
+        env, params = fusedrl.make(env_id)
+        obs, state = jax.eval_shape(env.reset_env, key, params)
+        next_obs, next_state, reward, terminated, _ = jax.eval_shape(env.step_env, key, state, action, params)
+        space = env.observation_space(params)
+        assert obs.shape == next_obs.shape == space.shape and obs.dtype == next_obs.dtype == jnp.uint8, env_id
+        assert env.action_space(params).n >= 6 and reward.shape == terminated.shape == (), env_id
+        assert jax.tree.structure(next_state) == jax.tree.structure(state), env_id
+        assert [(x.shape, x.dtype) for x in jax.tree.leaves(next_state)] == [
+            (x.shape, x.dtype) for x in jax.tree.leaves(state)], env_id
 
 
 def test_unknown_name_lists_the_closest_ids():

@@ -125,6 +125,22 @@ def test_benchmark_ids_need_a_download_and_say_so():
         fusedrl.make("xminigrid:XLand-MiniGrid-R1-9x9")
 
 
+def test_every_id_traces_with_matching_shapes():
+    # Traced, not compiled: each id's reset and step agree with its spaces, and a stepped state has
+    # the structure, shapes and dtypes of a reset one (VecEnv selects between the two).
+    key, action = jax.random.key(0), jnp.zeros((), jnp.int32)
+    for env_id in suites.env_ids("xminigrid"):
+        env, params = fusedrl.make(env_id)
+        obs, state = jax.eval_shape(env.reset_env, key, params)
+        next_obs, next_state, reward, terminated, _ = jax.eval_shape(env.step_env, key, state, action, params)
+        space = env.observation_space(params)
+        assert obs.shape == next_obs.shape == space.shape and obs.dtype == next_obs.dtype == jnp.uint8, env_id
+        assert env.action_space(params).n >= 6 and reward.shape == terminated.shape == (), env_id
+        assert jax.tree.structure(next_state) == jax.tree.structure(state), env_id
+        assert [(x.shape, x.dtype) for x in jax.tree.leaves(next_state)] == [
+            (x.shape, x.dtype) for x in jax.tree.leaves(state)], env_id
+
+
 def test_unknown_name_lists_the_closest_ids():
     with pytest.raises(ValueError, match=r"did you mean 'xminigrid:MiniGrid-Empty-5x5'"):
         fusedrl.make("xminigrid:MiniGrid-Empty-5x5-v0")
