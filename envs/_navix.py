@@ -12,7 +12,7 @@ episode. So every action reaches the env, and the time limit is ours:
 - action: `Discrete(7)`, MiniGrid's actions;
 - reward: navix's (`rewards.on_goal_reached` and friends, 1 on the goal);
 - terminated: navix's step type TERMINATION (2); navix's TRUNCATION (1) is ignored, since the time
-  limit is `EnvParams.max_steps_in_episode` (default navix.make's `max_steps`, 100), reported by
+  limit is `EnvParams.max_steps_in_episode` (default navix.make's `max_steps`), reported by
   `is_truncated` from the adapter's step counter, so truncated episodes bootstrap.
 
 Navix's state carries a rendering cache of RGB tiles (about 80 kB per 5x5 env) that only its RGB
