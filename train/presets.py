@@ -72,6 +72,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr=5e-4, gamma=0.999, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(256, 256), activation="relu",
     ),
+    # Navix's own PPO defaults (navix.agents.PPOHparams: 16 envs x 128 steps, 1 epoch of 8
+    # minibatches, lr 2.5e-4 annealed, ent 0.01, 1e6 steps) with a 64x64 MLP on the flattened
+    # symbolic grid.
+    "navix:Navix-Empty-5x5-v0": dict(
+        num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=1, num_minibatches=8,
+        lr=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
+    ),
+    # XLand-MiniGrid's single-task PPO (training/train_single_task.py: 16-step rollouts, 1 epoch of
+    # 16 minibatches, lr 1e-3 annealed, ent 0.01, 1e6 steps) with 64 envs instead of 8192 and a 64x64
+    # MLP on the flattened 7x7 view instead of its 1024-unit GRU.
+    "xminigrid:MiniGrid-Empty-5x5": dict(
+        num_envs=64, num_steps=16, total_timesteps=1_000_000, update_epochs=1, num_minibatches=16,
+        lr=1e-3, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
+    ),
 }
 
 
