@@ -697,10 +697,19 @@ def test_help_and_envs():
     assert code == 0
     assert "CartPole-v1" in out and "Discrete(2)" in out and "Box((3,), -8..8)" in out
     # The preset column does not depend on --gymnax (which only adds the gymnax envs' spaces).
+    from fusedrl.envs import suites
+    from fusedrl.train.presets import PRESETS
+
+    listed = {line.split()[0] for line in out.splitlines()[1:] if line and not line.startswith("(")}
     marked = {line.split()[0] for line in out.splitlines()[1:] if line.endswith("  yes")}
-    assert marked == {"CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
-                      "MountainCarContinuous-v0", "gymnax:Breakout-MinAtar", "gymnax:SpaceInvaders-MinAtar",
-                      "gymnax:MemoryChain-bsuite"}
+    assert marked == {i for i in PRESETS if i in listed} >= {
+        "CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0",
+        "gymnax:Breakout-MinAtar", "gymnax:SpaceInvaders-MinAtar", "gymnax:MemoryChain-bsuite"}
+    for prefix, suite in suites.SUITES.items():  # an installed suite's ids, else its install command
+        if suites.is_installed(prefix):
+            assert f"{prefix}:" in " ".join(listed), prefix
+        else:
+            assert f"({prefix}: {suite.about}; not installed: {suite.install})" in out
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C

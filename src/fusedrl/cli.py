@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="List the registered environments with observation and action spaces.")
     v.add_argument("--gymnax", action="store_true",
                    help="also describe every gymnax environment's spaces (not MNIST's: it downloads data)")
+    v.add_argument("--suites", action="store_true",
+                   help="also describe the spaces of every installed suite's environments (builds each: slow)")
     add_import_option(v)
 
     from fusedrl.sweep_cli import add_sweep_parser
@@ -468,13 +470,14 @@ def _bound(x: float) -> str:
 
 
 def cmd_envs(args) -> int:
-    from fusedrl.envs import make, registered_ids
+    from fusedrl.envs import make, registered_ids, suites
     from fusedrl.train.presets import has_preset
 
-    rows = []
-    for env_id in registered_ids(include_gymnax=True):
+    rows, ours = [], set(registered_ids(include_gymnax=False))
+    for env_id in registered_ids(include_gymnax=True, include_suites=True):
         gymnax = env_id.startswith("gymnax:")
-        if gymnax and (not args.gymnax or "MNIST" in env_id):  # MNIST downloads a dataset
+        suite = env_id not in ours and suites.split_id(env_id) is not None
+        if (gymnax and (not args.gymnax or "MNIST" in env_id)) or (suite and not args.suites):
             rows.append((env_id, "", "", "yes" if has_preset(env_id) else ""))
             continue
         try:
@@ -491,6 +494,11 @@ def cmd_envs(args) -> int:
         print(f"{r[0]:<{w}}  {r[1]:<{wo}}  {r[2]:<{wa}}  {r[3]}".rstrip())
     if not args.gymnax:
         print("(gymnax spaces: fusedrl envs --gymnax)")
+    if not args.suites and any(suites.is_installed(p) for p in suites.SUITES):
+        print("(suite spaces: fusedrl envs --suites)")
+    for prefix, suite in suites.SUITES.items():
+        if not suites.is_installed(prefix):
+            print(f"({prefix}: {suite.about}; not installed: {suite.install})")
     return 0
 
 
