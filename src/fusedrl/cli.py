@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--gymnax", action="store_true",
                    help="also describe every gymnax environment's spaces (not MNIST's: it downloads data)")
     v.add_argument("--suites", action="store_true",
-                   help="also describe the spaces of every installed suite's environments (builds each: slow)")
+                   help="also describe every installed suite env's spaces (slow: builds each)")
     add_import_option(v)
 
     from fusedrl.sweep_cli import add_sweep_parser
