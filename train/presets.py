@@ -79,12 +79,19 @@ PRESETS: dict[str, dict[str, Any]] = {
 ALGO_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "a2c": {
         # SB3's A2C defaults (8 envs x 5 steps, RMSprop lr 7e-4, gae_lambda 1, ent 0, vf 0.5, grad
-        # norm 0.5), 2x64 tanh MLPs, rl-zoo's 5e5 steps. No Acrobot preset: these settings (16 envs,
-        # normalize_obs) left one seed in four at -309.
+        # norm 0.5), 2x64 tanh MLPs, rl-zoo's 5e5 steps.
         "CartPole-v1": dict(
             num_envs=8, num_steps=5, total_timesteps=500_000, lr=7e-4, gamma=0.99, gae_lambda=1.0,
             ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
             optimizer="rmsprop",
+        ),
+        # rl-zoo a2c.yml: SB3's defaults with 16 envs, 5e5 steps and `normalize: true`, which is
+        # VecNormalize of observations and rewards both (with observations alone, one seed in four
+        # stayed near -300).
+        "Acrobot-v1": dict(
+            num_envs=16, num_steps=5, total_timesteps=500_000, lr=7e-4, gamma=0.99, gae_lambda=1.0,
+            ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
+            optimizer="rmsprop", normalize_obs=True, normalize_reward=True,
         ),
     },
     "reinforce": {
