@@ -104,6 +104,13 @@ ALGO_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             vf_coef=0.5, max_grad_norm=float("inf"), hidden_sizes=(64, 64), activation="tanh",
             baseline=True, normalize_returns=True, optimizer="adam", anneal_lr=True,
         ),
+        # CartPole's settings (500-step rollouts: Acrobot's time limit is 500 too) with observations
+        # normalised (its angular velocities reach 4 pi and 9 pi) and PPO's 1e6 steps.
+        "Acrobot-v1": dict(
+            num_envs=8, num_steps=500, total_timesteps=1_000_000, lr=3e-3, gamma=0.99, ent_coef=0.0,
+            vf_coef=0.5, max_grad_norm=float("inf"), hidden_sizes=(64, 64), activation="tanh",
+            baseline=True, normalize_returns=True, optimizer="adam", anneal_lr=True, normalize_obs=True,
+        ),
     },
 }
 
