@@ -700,7 +700,7 @@ def test_help_and_envs():
     marked = {line.split()[0] for line in out.splitlines()[1:] if line.endswith("  yes")}
     assert marked == {"CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
                       "MountainCarContinuous-v0", "gymnax:Breakout-MinAtar", "gymnax:SpaceInvaders-MinAtar",
-                      "gymnax:MemoryChain-bsuite"}
+                      "gymnax:MemoryChain-bsuite", "CartPole-NoVelocity-v1"}
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C
