@@ -115,7 +115,7 @@ ALGO_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         ),
         # CartPole's settings (500-step rollouts: Acrobot's time limit is 500 too) with observations
         # normalised (its angular velocities reach 4 pi and 9 pi), PPO's 1e6 steps and an entropy
-        # bonus of 0.01 (without it, one seed in four at root seed 1 never reached the goal greedily).
+        # bonus of 0.01 (without it, more seeds stalled at -500: docs/results.md).
         "Acrobot-v1": dict(
             num_envs=8, num_steps=500, total_timesteps=1_000_000, lr=3e-3, gamma=0.99, ent_coef=0.01,
             vf_coef=0.5, max_grad_norm=float("inf"), hidden_sizes=(64, 64), activation="tanh",
