@@ -46,7 +46,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # after one 64-unit layer, 16 envs of 128-step rollouts, lr 1e-3. Observations are normalised:
     # the angle spans about a tenth of the position's range, and its changes are what the GRU must read.
     "CartPole-NoVelocity-v1": dict(
-        num_envs=16, num_steps=128, total_timesteps=500_000, update_epochs=4, num_minibatches=4,
+        num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=4,
         lr=1e-3, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
         max_grad_norm=0.5, hidden_sizes=(64,), activation="tanh", normalize_obs=True, recurrent="gru",
         recurrent_size=64,
