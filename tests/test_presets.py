@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fusedrl
+from fusedrl.envs import suites
 from fusedrl.train.config import config_class
 from fusedrl.train.presets import ALGO_PRESETS, PRESETS
 
@@ -16,6 +17,9 @@ ALL_PRESETS = [("ppo", env_id) for env_id in PRESETS] + [
 def test_preset_is_a_valid_config_for_its_env(algo, env_id):
     config = fusedrl.preset(env_id, algo=algo)
     assert type(config) is config_class(algo) and config.env_id == env_id
+    suite = suites.split_id(env_id)
+    if suite and not suites.is_installed(suite[0]):
+        pytest.skip(f"{suite[0]} (an optional env suite) is not installed")
     env, params = fusedrl.make(env_id)
     config.check_env_params(params)  # REINFORCE: rollouts as long as the env's time limit
     assert config.num_updates >= 1
