@@ -11,7 +11,7 @@ from fusedrl.envs.base import (
     check_params,
     space_info,
 )
-from fusedrl.envs.cartpole import CartPole, CartPoleParams
+from fusedrl.envs.cartpole import CartPole, CartPoleNoVelocity, CartPoleParams
 from fusedrl.envs.mountain_car import MountainCar, MountainCarParams
 from fusedrl.envs.mountain_car_continuous import MountainCarContinuous, MountainCarContinuousParams
 from fusedrl.envs.pendulum import Pendulum, PendulumParams
@@ -20,6 +20,7 @@ from fusedrl.envs.registry import make, register, registered_ids
 from fusedrl.envs.vector import StepDraws, VecEnv, VecEnvState
 
 register("CartPole-v1", CartPole)
+register("CartPole-NoVelocity-v1", CartPoleNoVelocity)  # partially observed: (x, theta) only
 register("Acrobot-v1", Acrobot)
 register("MountainCar-v0", MountainCar)
 register("MountainCarContinuous-v0", MountainCarContinuous)
@@ -32,6 +33,7 @@ __all__ = [
     "AcrobotParams",
     "Box",
     "CartPole",
+    "CartPoleNoVelocity",
     "CartPoleParams",
     "Discrete",
     "EnvParams",

@@ -101,3 +101,27 @@ class CartPole(Environment):
             [params.x_threshold * 2, f32max, params.theta_threshold_radians * 2, f32max], jnp.float32
         )
         return Box(-high, high, (4,), jnp.float32)
+
+
+class CartPoleNoVelocity(CartPole):
+    """CartPole-v1 with the velocities hidden: a partially observed task.
+
+    The dynamics, reward, termination, time limit and reset are CartPole-v1's (`CartPoleParams`);
+    only the observation changes. A policy must infer the cart's and the pole's velocities from
+    successive observations, so a feed-forward policy of the current observation cannot balance
+    the pole for long; a recurrent one (`PPOConfig(recurrent="gru")`) can.
+
+    Observation: float32 [2]: cart position, pole angle.
+    Action, reward, termination, truncation, reset: as `CartPole`.
+    """
+
+    @property
+    def name(self) -> str:
+        return "CartPole-NoVelocity-v1"
+
+    def get_obs(self, state: CartPoleState, params=None, key=None) -> jax.Array:
+        return jnp.stack([state.x, state.theta]).astype(jnp.float32)
+
+    def observation_space(self, params: CartPoleParams) -> Box:
+        high = jnp.array([params.x_threshold * 2, params.theta_threshold_radians * 2], jnp.float32)
+        return Box(-high, high, (2,), jnp.float32)

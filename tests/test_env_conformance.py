@@ -33,6 +33,7 @@ GYMNAX_OBS_DTYPE = {"gymnax:Catch-bsuite": jnp.float32, "gymnax:FourRooms-misc":
 # Our documented reset distributions: independent uniforms per state field (low == high: constant).
 RESET_UNIFORM = {
     "CartPole-v1": {f: (-0.05, 0.05) for f in ("x", "x_dot", "theta", "theta_dot")},
+    "CartPole-NoVelocity-v1": {f: (-0.05, 0.05) for f in ("x", "x_dot", "theta", "theta_dot")},
     "Acrobot-v1": {f: (-0.1, 0.1) for f in ("theta1", "theta2", "theta1_dot", "theta2_dot")},
     "MountainCar-v0": {"position": (-0.6, -0.4), "velocity": (0.0, 0.0)},
     "MountainCarContinuous-v0": {"position": (-0.6, -0.4), "velocity": (0.0, 0.0)},
@@ -51,6 +52,7 @@ NEVER_TERMINATES = {"Pendulum-v1"}
 # a terminating transition from the random rollout instead.
 TERMINAL_TRANSITIONS = {
     "CartPole-v1": ({"x": 2.39, "x_dot": 1.0}, 1),
+    "CartPole-NoVelocity-v1": ({"x": 2.39, "x_dot": 1.0}, 1),
     "Acrobot-v1": ({"theta1": math.pi, "theta2": 0.0, "theta1_dot": 0.0, "theta2_dot": 0.0}, 1),
     "MountainCar-v0": ({"position": 0.49, "velocity": 0.05}, 2),
     "MountainCarContinuous-v0": ({"position": 0.44, "velocity": 0.05}, [1.0]),
