@@ -410,8 +410,8 @@ class A2CConfig(OnPolicyConfig):
     Traced (vmappable): lr, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm; and the env's params.
 
     Fields:
-      env_id: a registered env id ("CartPole-v1", "gymnax:..."); the host bridge ("gymnasium:")
-        runs PPO only.
+      env_id: a registered env id ("CartPole-v1", "gymnax:..."), or "gymnasium:<id>" for a
+        Gymnasium env stepped on the host (the host bridge, `fusedrl.bridge`).
       num_envs, num_steps: a rollout is num_steps steps of num_envs envs (batch_size transitions);
         each update takes one gradient step on it.
       total_timesteps: env steps of the run; num_updates = total_timesteps // batch_size.
@@ -509,8 +509,8 @@ class ReinforceConfig(OnPolicyConfig):
     Traced (vmappable): lr, gamma, ent_coef, vf_coef, max_grad_norm; and the env's params.
 
     Fields:
-      env_id: a registered env id ("CartPole-v1", "gymnax:..."); the host bridge ("gymnasium:")
-        runs PPO only.
+      env_id: a registered env id ("CartPole-v1", "gymnax:..."), or "gymnasium:<id>" for a
+        Gymnasium env stepped on the host (the host bridge, `fusedrl.bridge`).
       num_envs, num_steps: a rollout is num_steps steps of num_envs envs (batch_size transitions);
         each update takes one gradient step on it. num_steps must be >= the env's time limit.
       total_timesteps: env steps of the run; num_updates = total_timesteps // batch_size.
