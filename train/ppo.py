@@ -32,7 +32,8 @@ from fusedrl.train.trainer import (
 )
 
 
-def _ppo_loss(config: PPOConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool):
+def _ppo_loss(config: PPOConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool, *, axis_name=None):
+    del axis_name  # unweighted means over equal shards: the trainer's pmean of gradients suffices
     return partial(ppo_loss, apply_fn=apply_fn, clip_eps=hparams.clip_eps, vf_coef=hparams.vf_coef,
                    ent_coef=hparams.ent_coef, normalize_adv=normalize_adv,
                    clip_value_loss=config.clip_value_loss)
