@@ -756,6 +756,36 @@ def test_purejaxrl_peer_counts_the_steps_of_every_seed(tmp_path):
     assert row["ret"] == 7.0 and row["hangs"] == 0  # returns of finished episodes only
 
 
+def test_purejaxrl_peer_runs_ppo_rnn_on_the_installed_flax(tmp_path):
+    # A stand-in for PureJaxRL's ppo_rnn.py that builds its GRU as that script does, with flax < 0.7's
+    # GRUCell interface (no features; a static initialize_carry), and returns its metrics as "metric".
+    from fusedrl.bench import ppo as bench_ppo
+
+    (tmp_path / "purejaxrl").mkdir()
+    (tmp_path / "purejaxrl" / "ppo_rnn.py").write_text(
+        "import jax, jax.numpy as jnp, flax.linen as nn\n\n"
+        "def make_train(config):\n"
+        "    def train(key):\n"
+        "        n = config['NUM_ENVS']\n"
+        "        carry = nn.GRUCell.initialize_carry(jax.random.PRNGKey(0), (n,), 128)\n"
+        "        cell = nn.GRUCell()\n"
+        "        params = cell.init(key, carry, jnp.ones((n, 3)))\n"
+        "        new, _ = cell.apply(params, carry, jnp.ones((n, 3)))\n"
+        "        shape = (2, config['NUM_STEPS'], n)\n"
+        "        done = jnp.ones(shape, bool)\n"
+        "        rets = jnp.full(shape, 1.0) * new.shape[-1]\n"
+        "        return {'metric': {'returned_episode': done, 'returned_episode_returns': rets}}\n"
+        "    return train\n"
+    )
+    row = bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 64,
+                             env={"PUREJAXRL_SRC": str(tmp_path)}, network="gru")
+    assert row["ret"] == 128.0  # the carry has ppo_rnn.py's 128 units
+    assert row["sps"] * row["train_s"] == pytest.approx(2 * 4 * 8)
+    with pytest.raises(RuntimeError, match="purejaxrl/ppo.py"):  # the feed-forward script is not there
+        bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 64,
+                           env={"PUREJAXRL_SRC": str(tmp_path)})
+
+
 def test_sweep_bench_measure_counts_every_agent_and_books_the_first_calls_extra_as_compile(monkeypatch):
     import importlib
     import types
