@@ -6,6 +6,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -363,6 +364,45 @@ def test_ppo_bench_measures_our_run():
     assert row["impl"] == "fusedrl" and row["sps"] > 0 and row["compile_s"] > 0
     assert 0 < row["ret"] <= 500
     assert row["sps"] * row["train_s"] == pytest.approx(2 * 4 * 16 * 2)  # both seeds' steps
+
+
+def test_ppo_bench_measures_our_recurrent_run_at_purejaxrls_rnn_architecture():
+    from fusedrl.bench.ppo import _config, run_ours
+
+    config = _config(4, 16, 4 * 16 * 2, "gru")
+    assert (config.recurrent, config.recurrent_size, config.hidden_sizes, config.activation) == (
+        "gru", 128, (128, 128), "relu")
+    row = run_ours(seeds=1, num_envs=4, num_steps=16, total=4 * 16 * 2, network="gru")
+    assert row["impl"] == "fusedrl" and row["sps"] > 0 and row["sps"] * row["train_s"] == pytest.approx(128)
+
+
+def test_ppo_bench_recurrent_config_runs_purejaxrls_rnn_script_and_no_rejax(tmp_path, monkeypatch, capsys):
+    # The recurrent row: ours and PureJaxRL's ppo_rnn.py (NETWORK "gru" to its runner), alternating,
+    # with the ratio; rejax (no recurrent PPO) sits it out. The runs are stand-ins that record calls.
+    from fusedrl.bench import ppo as bench_ppo
+
+    calls = []
+
+    def ours(cfg, total, fn="run_ours", python=None):
+        calls.append(("ours", cfg.get("network")))
+        return {"impl": "fusedrl", "compile_s": 1.0, "train_s": 1.0, "sps": 300.0, "ret": 1.0}
+
+    def peer(python, script, *args, network="mlp", **kwargs):
+        calls.append((os.path.basename(script), network))
+        return {"impl": "peer", "compile_s": 1.0, "train_s": 1.0, "sps": 200.0, "ret": 1.0, "hangs": 0}
+
+    monkeypatch.setattr(bench_ppo, "_subprocess_ours", ours)
+    monkeypatch.setattr(bench_ppo, "run_peer", peer)
+    (tmp_path / "purejaxrl").mkdir()
+    argv = ["--configs", "recurrent", "--repeats", "2", "--peer-python", sys.executable, "--peer-script",
+            __file__, "--purejaxrl-src", str(tmp_path)]
+    with pytest.raises(SystemExit):  # the folder lacks ppo_rnn.py, which this config runs
+        bench_ppo.main(argv)
+    assert "no purejaxrl/ppo_rnn.py" in capsys.readouterr().err and not calls
+    (tmp_path / "purejaxrl" / "ppo_rnn.py").write_text("")
+    assert bench_ppo.main(argv) == 0
+    assert sorted(calls) == sorted([("ours", "gru"), ("_purejaxrl_peer.py", "gru")] * 2)
+    assert "recurrent ratio fusedrl/purejaxrl steps/s (median of runs): 1.50x" in capsys.readouterr().out
 
 
 def test_ppo_bench_measures_our_sweep():
@@ -903,6 +943,7 @@ def test_ppo_bench_config_is_purejaxrls_cartpole_config():
         "seeds8": dict(seeds=8, num_envs=4, num_steps=128),
         "wide": dict(seeds=1, num_envs=2048, num_steps=16),
         "seeds64": dict(seeds=64, num_envs=4, num_steps=128),
+        "recurrent": dict(seeds=1, num_envs=4, num_steps=128, network="gru"),  # ppo_rnn.py's
     }
     # `bench sweep` spells PureJaxRL's config out field by field: `bench ppo` trains the same.
     assert bench_ppo._config(4, 128, 10 * 4 * 128) == config_for(10)
@@ -938,6 +979,36 @@ def test_purejaxrl_peer_counts_the_steps_of_every_seed(tmp_path):
                              env={"PUREJAXRL_SRC": str(tmp_path)})
     assert row["sps"] * row["train_s"] == pytest.approx(3 * 3 * 4 * 8)  # 3 seeds x 3 updates of 32
     assert row["ret"] == 7.0 and row["hangs"] == 0  # returns of finished episodes only
+
+
+def test_purejaxrl_peer_runs_ppo_rnn_on_the_installed_flax(tmp_path):
+    # A stand-in for PureJaxRL's ppo_rnn.py that builds its GRU as that script does, with flax < 0.7's
+    # GRUCell interface (no features; a static initialize_carry), and returns its metrics as "metric".
+    from fusedrl.bench import ppo as bench_ppo
+
+    (tmp_path / "purejaxrl").mkdir()
+    (tmp_path / "purejaxrl" / "ppo_rnn.py").write_text(
+        "import jax, jax.numpy as jnp, flax.linen as nn\n\n"
+        "def make_train(config):\n"
+        "    def train(key):\n"
+        "        n = config['NUM_ENVS']\n"
+        "        carry = nn.GRUCell.initialize_carry(jax.random.PRNGKey(0), (n,), 128)\n"
+        "        cell = nn.GRUCell()\n"
+        "        params = cell.init(key, carry, jnp.ones((n, 3)))\n"
+        "        new, _ = cell.apply(params, carry, jnp.ones((n, 3)))\n"
+        "        shape = (2, config['NUM_STEPS'], n)\n"
+        "        done = jnp.ones(shape, bool)\n"
+        "        rets = jnp.full(shape, 1.0) * new.shape[-1]\n"
+        "        return {'metric': {'returned_episode': done, 'returned_episode_returns': rets}}\n"
+        "    return train\n"
+    )
+    row = bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 64,
+                             env={"PUREJAXRL_SRC": str(tmp_path)}, network="gru")
+    assert row["ret"] == 128.0  # the carry has ppo_rnn.py's 128 units
+    assert row["sps"] * row["train_s"] == pytest.approx(2 * 4 * 8)
+    with pytest.raises(RuntimeError, match="purejaxrl/ppo.py"):  # the feed-forward script is not there
+        bench_ppo.run_peer(sys.executable, bench_ppo.PUREJAXRL_RUNNER, 1, 4, 8, 64,
+                           env={"PUREJAXRL_SRC": str(tmp_path)})
 
 
 def test_sweep_bench_measure_counts_every_agent_and_books_the_first_calls_extra_as_compile(monkeypatch):

@@ -234,6 +234,95 @@ def test_truncation_keeps_the_final_observation_and_is_not_termination():
     assert np.all(np.abs(next_obs[4] - obs[5]).max(axis=-1) > 0)
 
 
+# ------------------------------------------------------------- recurrent PPO, A2C, REINFORCE
+RECURRENT = dict(env_id=CARTPOLE, num_envs=3, num_steps=12, total_timesteps=36, hidden_sizes=(8,),
+                 recurrent="gru", recurrent_size=8, update_epochs=1, num_minibatches=1, normalize_obs=True)
+
+
+def test_a_recurrent_policy_carries_its_state_and_starts_each_episode_afresh():
+    """One 12-step rollout of 3 Gymnasium CartPoles under a 5-step time limit (every env ends two
+    episodes): the rollout's log-probabilities and values are those of the fused trainer's replay
+    of the sequence from the state before it, reset where an episode ended; so PPO's first
+    minibatch sees the policy it acted with (KL 0, nothing clipped)."""
+    config = PPOConfig(**{**RECURRENT, "env_params": {"max_episode_steps": 5}})
+    train = make_train(config)
+    hp = train.default_hparams()
+    envs = train.env.make_vec(config.num_envs)
+    try:
+        state, episode = train.reset_envs(envs, train.init(jax.random.key(0), hp))
+        after, _, (steps, host) = train.collect(envs, state, episode)
+    finally:
+        envs.close()
+    start = steps[5]
+    assert start is state.policy_state and not np.asarray(start).any()  # every env at an episode start
+    _, traj = train.transition(state.env_state, steps, host, hp.gamma)
+    done = np.asarray(traj.done)
+    assert done[[4, 9]].all() and done.sum() == 6
+    fused = train.trainer
+    pi, value, carried = fused.replay(state.params, start, traj.obs, traj.done)
+    np.testing.assert_allclose(traj.value, value, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(traj.log_prob, pi.log_prob(traj.action), rtol=1e-5, atol=1e-6)
+    # The carry the next rollout starts from: after the last step, reset where it ended an episode.
+    np.testing.assert_allclose(after.policy_state, fused.reset_policy_state(carried[-1], traj.done[-1]),
+                               rtol=1e-6)
+    # Without the resets the same sequence has other values after the first episode end: the check
+    # above can tell.
+    _, no_reset, _ = fused.replay(state.params, start, traj.obs, jnp.zeros_like(traj.done))
+    assert np.abs(np.asarray(no_reset)[5:] - np.asarray(traj.value)[5:]).max() > 1e-4
+    _, metrics = train.learn_step(after, steps, host, hp)
+    assert abs(float(metrics["approx_kl"])) < 1e-6 and float(metrics["clip_fraction"]) == 0.0
+
+
+def _bridged(algo):
+    from fusedrl.train import A2CConfig, ReinforceConfig
+
+    small = dict(env_id=CARTPOLE, num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3, hidden_sizes=(8,))
+    return {"recurrent PPO": PPOConfig(**{**RECURRENT, "num_envs": 2, "total_timesteps": 72}),
+            "A2C": A2CConfig(**small),
+            "REINFORCE": ReinforceConfig(**small, env_params={"max_episode_steps": 16})}[algo]
+
+
+@pytest.mark.parametrize("algo", ["recurrent PPO", "A2C", "REINFORCE"])
+def test_every_algorithm_trains_and_evaluates_through_the_bridge(algo):
+    config = _bridged(algo)
+    train = make_train(config)
+    assert isinstance(train, HostPPO)
+    result = train(jax.random.key(0))
+    assert set(result.metrics) == set(METRIC_NAMES)
+    for name, x in result.metrics.items():
+        assert x.shape == (config.num_updates,), name
+        assert np.all(np.isfinite(np.asarray(x, np.float64))), name
+    assert int(result.metrics["episodes_completed"].sum()) > 0
+    # The first update's parameters moved, by the algorithm's own optimiser step(s).
+    assert float(result.metrics["gradient_steps"][0]) == 1  # one epoch of one minibatch (PPO), or one step
+    before = train.init(jax.random.key(0)).params
+    assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(result.params),
+                                                        strict=True))
+    returns = np.asarray(evaluate(config, result, jax.random.key(1), num_episodes=3))
+    assert returns.shape == (3,) and (returns >= 1).all()
+
+
+def test_reinforce_through_the_bridge_refuses_rollouts_shorter_than_the_time_limit():
+    from fusedrl.train import ReinforceConfig
+
+    config = ReinforceConfig(env_id=CARTPOLE, num_envs=2, num_steps=16, total_timesteps=32)
+    with pytest.raises(ValueError) as info:
+        make_train(config)
+    for w in ["num_steps=16", "time limit (max_episode_steps=500)", "num_steps >= 500",
+              "env_params={'max_episode_steps': 16}"]:
+        assert w in str(info.value), (w, str(info.value))
+
+
+
+def test_train_command_refuses_short_reinforce_rollouts_before_any_work(tmp_path):
+    # On the bridge and on the fused path alike: a usage error naming the fix, no run folder.
+    for env_id, keyword in ((CARTPOLE, "max_episode_steps"), ("CartPole-v1", "max_steps_in_episode")):
+        code, _, err = _cli("train", "--env", env_id, "--algo", "reinforce", "--set", "num_steps=16",
+                            "--out", tmp_path / "r")
+        assert code == 2 and "num_steps >= 500" in err and f"{{'{keyword}': 16}}" in err, err
+        assert "Traceback" not in err and not (tmp_path / "r").exists()
+
+
 # -------------------------------------------------------------------------- the CLI
 def _cli(*argv):
     import contextlib
@@ -315,6 +404,35 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
                   "bias": params["actor_0"]["bias"].at[0].set(-0.1 * threshold)}
         pi.params = {"params": {**params, "actor_0": hidden}}
         assert int(pi.act(far)[0]) == action, threshold
+
+
+@pytest.mark.parametrize("argv", [
+    ["--algo", "a2c"],
+    ["--set", "recurrent=gru", "--set", "recurrent_size=8", "--set", "update_epochs=1",
+     "--set", "num_minibatches=1"],
+])
+def test_train_command_runs_a2c_and_recurrent_ppo_through_the_bridge(argv, tmp_path):
+    # The run folder, its evaluation and its saved policy (a recurrent one carries its state).
+    import json
+
+    from fusedrl import policy
+
+    run_dir = tmp_path / "run"
+    tiny = ["--set", "num_envs=2", "--set", "num_steps=16", "--total-timesteps", "64",
+            "--set", "hidden_sizes=8", "--eval-episodes", "2", "--progress-every", "0"]
+    code, out, err = _cli("train", "--env", CARTPOLE, *argv, *tiny, "--out", run_dir)
+    assert code == 0, err
+    doc = json.loads((run_dir / "config.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["mode"] == "bridge"
+    code, out, err = _cli("evaluate", run_dir)
+    assert code == 0, err
+    assert f"mean      {summary['eval_return_mean']:10.1f}" in out, (summary, out)
+    pi = policy.load(run_dir)
+    assert pi.config.algo == doc["algo"] == ("a2c" if "a2c" in argv else "ppo")
+    obs = np.zeros((2, 4), np.float32)
+    assert pi.act(obs).shape == (2,)
+    assert (pi.policy_state is not None) == ("recurrent=gru" in argv)
 
 
 def test_a_gymnasium_id_takes_the_preset_of_its_jax_twin():
@@ -457,7 +575,7 @@ def test_rollout_actions_are_sampled_not_greedy():
     train = make_train(config)
     state = train.init(jax.random.key(0))
     obs = jnp.zeros((64, 4))  # one observation, 64 times: a sampling policy picks both actions
-    action, log_prob, _, key = train.act(state.params, obs, state.key)
+    _, action, log_prob, _, key = train.act(state.params, state.policy_state, obs, state.key)
     assert len(set(np.asarray(action).tolist())) == 2
     assert not np.array_equal(jax.random.key_data(key), jax.random.key_data(state.key))
 

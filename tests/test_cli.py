@@ -631,6 +631,41 @@ def test_train_and_sweep_parse_set_alike():
     assert isinstance(config.env_params["gravity"], float)  # typed like the env's default
 
 
+@pytest.mark.parametrize("algo", ["a2c", "reinforce"])
+def test_sweep_takes_algo_as_train_does(algo):
+    # The same --algo and --set give the same config (the algorithm's class and preset) in both commands,
+    # and a field the algorithm lacks is the same error, naming the field and why.
+    from fusedrl import sweep_cli
+    from fusedrl.train.config import config_class
+
+    argv = ["--env", "CartPole-v1", "--algo", algo, "--set", "hidden_sizes=16", "--set", "gravity=12"]
+    config, _ = cli.resolve(cli.build_parser().parse_args(["train", *argv]))
+    swept = sweep_cli.build_config(cli.build_parser().parse_args(["sweep", *argv]))
+    assert type(swept) is config_class(algo) and swept == config
+    for command in ("train", "sweep"):
+        code, _, err = run_cli(command, "--env", "CartPole-v1", "--algo", algo, "--set", "clip_eps=0.1")
+        name = {"a2c": "A2C", "reinforce": "REINFORCE"}[algo]
+        assert code == 2 and "clip_eps" in err and f"{name} has no clipping" in err, (command, err)
+
+
+def test_sweep_cli_runs_another_algorithm_and_refuses_its_missing_axes(tmp_path):
+    tiny = ["--env", "CartPole-v1", "--set", "num_envs=2", "--set", "num_steps=8", "--total-timesteps", "32",
+            "--set", "hidden_sizes=8", "--progress-every", "0", "--no-plots"]
+    code, _, err = run_cli("sweep", "--algo", "a2c", *tiny, "--grid", "lr=1e-3,7e-3", "--out", tmp_path / "s")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert doc["algo"] == "a2c" and "rmsprop_alpha" in doc["config"] and "clip_eps" not in doc["config"]
+    assert doc["axes"] == {"seed": [0], "lr": [1e-3, 7e-3]}
+    assert "sweep CartPole-v1 (a2c)" in err
+    # A PPO-only axis is refused before anything compiles, naming it and the algorithm's sweepable fields.
+    code, _, err = run_cli("sweep", "--algo", "reinforce", *tiny, "--grid", "gae_lambda=0.9,0.95",
+                           "--out", tmp_path / "r")
+    assert code == 2 and "unknown sweep axis 'gae_lambda'" in err and "vf_coef" in err, err
+    assert "Traceback" not in err and not (tmp_path / "r").exists()
+    code, _, err = run_cli("sweep", "--algo", "a2c", "--env", "gymnasium:CartPole-v1", "--out", tmp_path)
+    assert code == 2 and "fusedrl train --env gymnasium:CartPole-v1 --algo a2c" in err, err
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [

@@ -126,13 +126,30 @@ def test_the_two_step_probe_fails_a_recurrent_learner_that_does_not_learn():
 
 
 @pytest.mark.parametrize("env_id", ["probe:ConstantReward-v0", "probe:ActionReward-v0"])
-def test_mixed_precision_learns_the_probes_with_float32_parameters(env_id):
-    # compute_dtype="bfloat16": the layers compute in bfloat16, and the critic's value and the
-    # policy's answer are still learned; parameters and Adam's moments stay float32.
-    config = probe_config(fusedrl.PPOConfig, env_id, compute_dtype="bfloat16")
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_mixed_precision_learns_the_probes_with_float32_parameters(algo, env_id):
+    # compute_dtype="bfloat16", for every algorithm (they share the built-in MLP): the layers compute
+    # in bfloat16, and the critic's value and the policy's answer are still learned; parameters and
+    # the optimiser's state (Adam's moments, RMSprop's average) stay float32.
+    config_cls, overrides = ALGORITHMS[algo]
+    config = probe_config(config_cls, env_id, compute_dtype="bfloat16", **overrides)
     assert_learns_probe(config, env_id)
     train, jitted = _compiled(config)
     state = jitted(jax.random.key(0), config.hparams()).state
     assert {x.dtype for x in jax.tree.leaves((state.params, state.opt_state))
             if jnp.issubdtype(x.dtype, jnp.floating)} == {jnp.dtype(jnp.float32)}
     assert "bf16" in jax.jit(train).lower(jax.random.key(0)).as_text()
+
+
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_compute_dtype_errors_name_the_field_and_the_fix(algo):
+    config_cls, _ = ALGORITHMS[algo]
+    with pytest.raises(ValueError, match=r"compute_dtype must be 'float32' or 'bfloat16' .*got 'float16'"):
+        config_cls(compute_dtype="float16")
+    with pytest.raises(ValueError) as info:
+        config_cls(compute_dtype="bfloat16", network="my_nets:net")
+    message = str(info.value)
+    assert "applies to the built-in MLP only" in message and "network=None" in message
+    assert ("recurrent=None" in message) == (algo == "ppo"), message  # only PPO has recurrent
+    assert config_cls(compute_dtype="bfloat16").to_dict()["compute_dtype"] == "bfloat16"
+

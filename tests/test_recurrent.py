@@ -128,11 +128,6 @@ def test_recurrent_config_errors_name_the_field_and_the_fix(kwargs, words):
         assert w in str(info.value), (w, str(info.value))
 
 
-def test_the_bridge_refuses_a_recurrent_policy():
-    with pytest.raises(ValueError, match="host bridge trains feed-forward policies only"):
-        make_train(PPOConfig(env_id="gymnasium:CartPole-v1", recurrent="gru"))
-
-
 MEMORY = dict(env_id="gymnax:MemoryChain-bsuite", num_envs=16, num_steps=32, total_timesteps=60_000,
               num_minibatches=4, lr=1e-3, hidden_sizes=(32,), recurrent_size=32)
 

@@ -846,6 +846,39 @@ def _run_forced_devices(script: str, timeout: int = 1200) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
+# A REINFORCE agent for the data-parallel tests: 4 envs (one per shard), episodes ending inside rollouts.
+REINFORCE_DP = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
+                    hidden_sizes=(8,), env_params={"max_steps_in_episode": 8})
+
+
+REINFORCE_MULTI_DEVICE = textwrap.dedent(
+    """
+    import json, jax, numpy as np
+    from fusedrl import data_parallel_train
+    from fusedrl.train import ReinforceConfig
+    assert jax.device_count() == 4, jax.devices()
+    config = ReinforceConfig(**{small})
+    diff = lambda a, b: max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y))))
+                            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    dp4 = jax.block_until_ready(data_parallel_train(config)(jax.random.key(1)))
+    dp1 = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(1))
+    out = {{"metrics": diff(dp4.metrics, dp1.metrics), "params": diff(dp4.params, dp1.params),
+           "episodes": int(np.asarray(dp4.metrics["episodes_completed"]).sum()),
+           "env_steps": np.asarray(dp4.metrics["env_steps"]).tolist()}}
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+@pytest.mark.timeout(1500)  # two compiles in the subprocess: minutes on a loaded 2-core machine
+def test_data_parallel_reinforce_on_four_devices_matches_one_device():
+    # One REINFORCE agent, 4 envs as 4 shards of 1: shard_map over 4 (forced CPU) devices vs the vmap
+    # on one device that the in-process test checks against the plain agent.
+    out = _run_forced_devices(REINFORCE_MULTI_DEVICE.format(small=repr(REINFORCE_DP)))
+    assert out["metrics"] <= 1e-5 and out["params"] <= 1e-5, out
+    assert out["episodes"] > 0 and out["env_steps"] == [32, 64, 96]
+
+
 @pytest.mark.timeout(1500)  # three compiles in the subprocess: minutes on a loaded 2-core machine
 def test_sharded_sweep_and_data_parallel_match_one_device(swept):
     config, reference, _ = swept
@@ -1302,7 +1335,7 @@ def test_an_a2c_config_sweeps_its_traced_fields():
 def test_data_parallel_a2c_normalizes_advantages_over_the_agents_batch(monkeypatch):
     """As for PPO: 4 shards of 1 env x 1 step under normalize_adv learn as one A2C agent with the
     four envs learns from the same rollout (A2CConfig refuses a one-transition batch on its own)."""
-    from fusedrl.train import A2CConfig, ReinforceConfig
+    from fusedrl.train import A2CConfig
 
     config = A2CConfig(env_id="CartPole-v1", num_envs=4, num_steps=1, total_timesteps=4 * 3,
                        hidden_sizes=(8,), normalize_adv=True)
@@ -1327,7 +1360,43 @@ def test_data_parallel_a2c_normalizes_advantages_over_the_agents_batch(monkeypat
     got = jax.vmap(lambda t: shard.learn_from_rollout(state, t, hp)[0].params, axis_name=DATA_AXIS)(per_shard)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, np.broadcast_to(b, a.shape), rtol=1e-5, atol=1e-6)
-    reinforce = ReinforceConfig(**{**A2C_SMALL, "env_params": {"max_steps_in_episode": 8}})
-    with pytest.raises(TypeError, match=r"takes a PPOConfig or A2CConfig, got ReinforceConfig: REINFORCE's "
-                                        r"loss .* use fusedrl.A2CConfig"):
-        data_parallel_train(reinforce, jax.devices()[:1], num_shards=2)
+    with pytest.raises(TypeError, match=r"takes a PPOConfig, A2CConfig, ReinforceConfig, got dict"):
+        data_parallel_train(dict(A2C_SMALL), jax.devices()[:1], num_shards=2)
+
+
+def test_data_parallel_reinforce_takes_its_means_over_the_agents_steps(monkeypatch):
+    """REINFORCE's returns are per env, so each shard computes its envs' exactly; its loss means and
+    return normalisation are over the steps whose episode ended in the rollout, which fall unequally
+    among the shards. 4 shards of 1 env learn as the one agent with the 4 envs does from the same
+    rollout (the mean of the shards' own weighted means would not)."""
+    from fusedrl.train import ReinforceConfig
+
+    config = ReinforceConfig(**REINFORCE_DP)
+    built = []
+
+    def spy(*args, **kwargs):
+        built.append(make_train(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(data_parallel, "make_train", spy)
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(0))
+    assert np.isfinite(agent.metrics["policy_loss"]).all() and agent.metrics["episodes_completed"].sum() > 0
+    assert np.asarray(agent.metrics["env_steps"]).tolist() == [32, 64, 96]
+    (shard,) = built
+    assert type(shard.config) is ReinforceConfig and shard.config.num_envs == 1
+    single = make_train(config)
+    hp = single.default_hparams()
+    state = single.init(jax.random.key(0), hp)
+    state, traj = single.rollout(state, hp, single.make_env(hp), jax.random.key(1))
+    # Episode ends [T, N] that give the shards 5, 0, 8 and 2 steps with a return.
+    done = np.zeros((8, 4), bool)
+    done[[2, 4], 0] = done[7, 2] = done[1, 3] = True
+    traj = traj._replace(done=jnp.asarray(done), terminated=jnp.asarray(done))
+    want_state, want_metrics = single.learn_from_rollout(state, traj, hp)
+    per_shard = jax.tree.map(lambda x: jnp.stack(jnp.split(x, 4, axis=1)), traj)
+    learn = jax.vmap(lambda t: shard.learn_from_rollout(state, t, hp), axis_name=DATA_AXIS)
+    got, got_metrics = learn(per_shard)
+    for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want_state.params), strict=True):
+        np.testing.assert_allclose(a, np.broadcast_to(b, a.shape), rtol=1e-5, atol=1e-6)
+    for name in ("policy_loss", "value_loss", "entropy"):  # the agent's: the mean of the shards' values
+        np.testing.assert_allclose(got_metrics[name].mean(), want_metrics[name], rtol=1e-5, atol=1e-6)

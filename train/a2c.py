@@ -48,7 +48,8 @@ def one_step_learning_rate(config, hparams: Hyperparams, update):
     return linear_anneal(update, hparams.lr, 1, config.num_updates)
 
 
-def _a2c_loss(config: A2CConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool):
+def _a2c_loss(config: A2CConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool, *, axis_name=None):
+    del axis_name  # unweighted means over equal shards: the trainer's pmean of gradients suffices
     return partial(policy_gradient_loss, apply_fn=apply_fn, vf_coef=hparams.vf_coef,
                    ent_coef=hparams.ent_coef,
                    normalize_adv=normalize_adv)

@@ -244,7 +244,7 @@ class OnPolicyConfig:
 #: The fields every algorithm's config has.
 COMMON_FIELDS = ("env_id", "num_envs", "num_steps", "total_timesteps", "lr", "anneal_lr", "gamma", "ent_coef",
                  "max_grad_norm", "hidden_sizes", "activation", "log_std_init", "network", "normalize_obs",
-                 "normalize_reward", "env_params")
+                 "normalize_reward", "compute_dtype", "env_params")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,12 +406,12 @@ class A2CConfig(OnPolicyConfig):
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, anneal_lr,
     hidden_sizes, activation, log_std_init, network, normalize_obs, normalize_reward, normalize_adv,
-    optimizer, rmsprop_alpha, rmsprop_eps, env_params.
+    optimizer, rmsprop_alpha, rmsprop_eps, compute_dtype, env_params.
     Traced (vmappable): lr, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm; and the env's params.
 
     Fields:
-      env_id: a registered env id ("CartPole-v1", "gymnax:..."); the host bridge ("gymnasium:")
-        runs PPO only.
+      env_id: a registered env id ("CartPole-v1", "gymnax:..."), or "gymnasium:<id>" for a
+        Gymnasium env stepped on the host (the host bridge, `fusedrl.bridge`).
       num_envs, num_steps: a rollout is num_steps steps of num_envs envs (batch_size transitions);
         each update takes one gradient step on it.
       total_timesteps: env steps of the run; num_updates = total_timesteps // batch_size.
@@ -431,6 +431,8 @@ class A2CConfig(OnPolicyConfig):
       optimizer: "rmsprop" (PyTorch's RMSprop as SB3 uses it: not centered, eps added to the root
         of the squared-gradient average) or "adam" (eps 1e-5).
       rmsprop_alpha, rmsprop_eps: RMSprop's decay of the squared-gradient average and its epsilon.
+      compute_dtype: "float32", or "bfloat16" for mixed precision in the built-in MLP, as
+        PPOConfig's (parameters and optimiser state float32; log-probabilities and losses float32).
       env_params: overrides of the env's params (physics constants, time limit).
     """
 
@@ -455,6 +457,7 @@ class A2CConfig(OnPolicyConfig):
     optimizer: str = "rmsprop"
     rmsprop_alpha: float = 0.99
     rmsprop_eps: float = 1e-5
+    compute_dtype: str = "float32"
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     algo: ClassVar[str] = "a2c"
@@ -505,12 +508,12 @@ class ReinforceConfig(OnPolicyConfig):
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, anneal_lr,
     hidden_sizes, activation, log_std_init, network, normalize_obs, normalize_reward, baseline,
-    normalize_returns, optimizer, rmsprop_alpha, rmsprop_eps, env_params.
+    normalize_returns, optimizer, rmsprop_alpha, rmsprop_eps, compute_dtype, env_params.
     Traced (vmappable): lr, gamma, ent_coef, vf_coef, max_grad_norm; and the env's params.
 
     Fields:
-      env_id: a registered env id ("CartPole-v1", "gymnax:..."); the host bridge ("gymnasium:")
-        runs PPO only.
+      env_id: a registered env id ("CartPole-v1", "gymnax:..."), or "gymnasium:<id>" for a
+        Gymnasium env stepped on the host (the host bridge, `fusedrl.bridge`).
       num_envs, num_steps: a rollout is num_steps steps of num_envs envs (batch_size transitions);
         each update takes one gradient step on it. num_steps must be >= the env's time limit.
       total_timesteps: env steps of the run; num_updates = total_timesteps // batch_size.
@@ -530,6 +533,8 @@ class ReinforceConfig(OnPolicyConfig):
         a return (population std, + 1e-8).
       optimizer: "adam" (eps 1e-5) or "rmsprop" (as A2CConfig's).
       rmsprop_alpha, rmsprop_eps: RMSprop's decay of the squared-gradient average and its epsilon.
+      compute_dtype: "float32", or "bfloat16" for mixed precision in the built-in MLP, as
+        PPOConfig's (parameters and optimiser state float32; log-probabilities and losses float32).
       env_params: overrides of the env's params (physics constants, time limit).
     """
 
@@ -554,6 +559,7 @@ class ReinforceConfig(OnPolicyConfig):
     optimizer: str = "adam"
     rmsprop_alpha: float = 0.99
     rmsprop_eps: float = 1e-5
+    compute_dtype: str = "float32"
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     algo: ClassVar[str] = "reinforce"
@@ -775,6 +781,20 @@ def _validate(c: OnPolicyConfig) -> None:
 
         if error := network_path_error(c.network):
             raise ValueError(f"network {error}")
+    _validate_compute_dtype(c)
+
+
+def _validate_compute_dtype(c) -> None:
+    """Every algorithm's built-in MLP takes `compute_dtype`; a recurrent or user's network does not."""
+    if c.compute_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16' (mixed precision), got "
+                         f"{c.compute_dtype!r}.")
+    recurrent = getattr(c, "recurrent", None)
+    if c.compute_dtype != "float32" and (recurrent is not None or c.network is not None):
+        what = "recurrent=None and network=None" if hasattr(c, "recurrent") else "network=None"
+        raise ValueError(f"compute_dtype={c.compute_dtype!r} applies to the built-in MLP only: set "
+                         f"{what}, or compute_dtype='float32' (your own network "
+                         f"picks its dtype itself, e.g. nn.Dense(64, dtype=jnp.bfloat16)).")
 
 
 def _validate_recurrent(c) -> None:
@@ -786,13 +806,6 @@ def _validate_recurrent(c) -> None:
     if not is_int(c.recurrent_size) or c.recurrent_size <= 0:
         raise ValueError(f"recurrent_size must be a positive int (the cell's width, e.g. 128), got "
                          f"{c.recurrent_size!r}.")
-    if c.compute_dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16' (mixed precision), got "
-                         f"{c.compute_dtype!r}.")
-    if c.compute_dtype != "float32" and (c.recurrent is not None or c.network is not None):
-        raise ValueError(f"compute_dtype={c.compute_dtype!r} applies to the built-in MLP only: set "
-                         f"recurrent=None and network=None, or compute_dtype='float32' (your own network "
-                         f"picks its dtype itself, e.g. nn.Dense(64, dtype=jnp.bfloat16)).")
     if c.recurrent is None:
         return
     if c.network is not None:

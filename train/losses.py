@@ -77,20 +77,36 @@ def ppo_loss(
     return loss, stats
 
 
-def weighted_mean(x: jax.Array, weight: jax.Array | None) -> jax.Array:
-    """sum(weight * x) / sum(weight), 0 where every weight is 0; the plain mean for None."""
+def weighted_mean(x: jax.Array, weight: jax.Array | None, axis_name: str | None = None) -> jax.Array:
+    """sum(weight * x) / sum(weight), 0 where every weight is 0; the plain mean for None.
+
+    With `axis_name` (data parallelism: shards of one agent, each with its part of the batch) the
+    denominator is the mean over the shards of their weight sums, so that the `lax.pmean` over the
+    shards of the result (and of its gradient) is the weighted mean of the agent's whole batch,
+    however the weights fall among the shards. The plain mean (`weight` None) needs nothing: the
+    shards' parts are equal in size.
+    """
     if weight is None:
         return x.mean()
-    return jnp.sum(weight * x) / jnp.maximum(jnp.sum(weight), 1e-8)
+    total = jnp.sum(weight)
+    if axis_name is not None:
+        total = jax.lax.pmean(total, axis_name)
+    return jnp.sum(weight * x) / jnp.maximum(total, 1e-8)
 
 
-def standardize(adv: jax.Array, weight: jax.Array | None) -> jax.Array:
+def standardize(adv: jax.Array, weight: jax.Array | None, axis_name: str | None = None) -> jax.Array:
     """(adv - mean) / (std + 1e-8), with the population mean and std weighted by `weight` (None: the
-    plain ones, as PPO's normalize_adv)."""
+    plain ones, as PPO's normalize_adv); with `axis_name` and weights, those of all shards' batches
+    together (see `weighted_mean`)."""
     if weight is None:
         return (adv - adv.mean()) / (adv.std() + 1e-8)
-    mean = weighted_mean(adv, weight)
-    std = jnp.sqrt(weighted_mean(jnp.square(adv - mean), weight))
+
+    def mean_of(x):
+        m = weighted_mean(x, weight, axis_name)
+        return m if axis_name is None else jax.lax.pmean(m, axis_name)
+
+    mean = mean_of(adv)
+    std = jnp.sqrt(mean_of(jnp.square(adv - mean)))
     return (adv - mean) / (std + 1e-8)
 
 
@@ -103,6 +119,7 @@ def policy_gradient_loss(
     ent_coef: jax.Array,
     normalize_adv: bool,
     baseline: bool = True,
+    axis_name: str | None = None,
 ) -> tuple[jax.Array, LossStats]:
     """The actor-critic policy-gradient loss of A2C (Mnih et al. 2016) and REINFORCE (Williams 1992).
 
@@ -114,6 +131,10 @@ def policy_gradient_loss(
     the loss (its statistic is still reported). With `normalize_adv` A is standardised over the
     batch (`standardize`, with the same weights).
 
+    `axis_name` (data parallelism, weighted batches): the weighted means and the standardisation are
+    over all shards' batches together (`weighted_mean`), so that the mean over the shards of the
+    gradients and of the statistics is the agent's, however the weights fall among the shards.
+
     Statistics: `approx_kl` is the k3 estimate of KL(pi_old || pi) against the rollout's log-probs
     (0 at the one step these algorithms take on a rollout, which starts at the rollout's policy);
     `clip_fraction` is 0 (nothing is clipped).
@@ -123,10 +144,10 @@ def policy_gradient_loss(
     log_prob = pi.log_prob(batch.action)
     adv = batch.advantage if baseline else batch.advantage + batch.value
     if normalize_adv:
-        adv = standardize(adv, w)
-    pg_loss = -weighted_mean(log_prob * adv, w)
-    v_loss = 0.5 * weighted_mean(jnp.square(value - batch.target), w)
-    entropy = weighted_mean(pi.entropy(), w)
+        adv = standardize(adv, w, axis_name)
+    pg_loss = -weighted_mean(log_prob * adv, w, axis_name)
+    v_loss = 0.5 * weighted_mean(jnp.square(value - batch.target), w, axis_name)
+    entropy = weighted_mean(pi.entropy(), w, axis_name)
     loss = pg_loss - ent_coef * entropy
     if baseline:
         loss = loss + vf_coef * v_loss
@@ -135,7 +156,7 @@ def policy_gradient_loss(
         policy_loss=pg_loss,
         value_loss=v_loss,
         entropy=entropy,
-        approx_kl=weighted_mean(jnp.exp(log_ratio) - 1.0 - log_ratio, w),
+        approx_kl=weighted_mean(jnp.exp(log_ratio) - 1.0 - log_ratio, w, axis_name),
         clip_fraction=jnp.zeros((), jnp.float32),
     )
     return loss, stats

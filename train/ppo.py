@@ -32,7 +32,8 @@ from fusedrl.train.trainer import (
 )
 
 
-def _ppo_loss(config: PPOConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool):
+def _ppo_loss(config: PPOConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool, *, axis_name=None):
+    del axis_name  # unweighted means over equal shards: the trainer's pmean of gradients suffices
     return partial(ppo_loss, apply_fn=apply_fn, clip_eps=hparams.clip_eps, vf_coef=hparams.vf_coef,
                    ent_coef=hparams.ent_coef, normalize_adv=normalize_adv,
                    clip_value_loss=config.clip_value_loss)
@@ -84,18 +85,14 @@ def make_train(config: OnPolicyConfig, **kwargs) -> Trainer:
     to `Trainer` (callback, callback_every, axis_name, tuning).
 
     A "gymnasium:<id>" env_id gives the host-environment bridge instead (`fusedrl.bridge.HostPPO`,
-    PPO only): same parts and results format, but envs step on the host, so `train(key)` is not
-    jittable.
+    every algorithm's config): same parts and results format, but envs step on the host, so
+    `train(key)` is not jittable.
     """
     algorithm = ALGORITHMS.get(type(config))
     if algorithm is None:
         names = ", ".join(c.__name__ for c in ALGORITHMS)
         raise TypeError(f"make_train takes an algorithm's config ({names}), got {type(config).__name__}.")
     if config.env_id.startswith("gymnasium:"):
-        if not isinstance(config, PPOConfig):
-            twin = config.env_id.partition(":")[2]
-            raise ValueError(f"env_id={config.env_id!r}: the host-environment bridge runs PPO only; train "
-                             f"{twin} (its JAX twin) with {type(config).__name__}, or use fusedrl.PPOConfig.")
         from fusedrl.bridge import HostPPO  # lazy: the bridge builds on the trainer
 
         return HostPPO(config, **kwargs)

@@ -18,14 +18,16 @@ from fusedrl.train.losses import policy_gradient_loss
 from fusedrl.train.trainer import Algorithm
 
 
-def _reinforce_loss(config: ReinforceConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool):
+def _reinforce_loss(config: ReinforceConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool, *,
+                    axis_name=None):
     # `normalize_adv` is the trainer's flag for PPO's and A2C's field (False here: the config has no
-    # such field). The loss standardises the returns itself, weighted, with `normalize_returns`; under
-    # data parallelism (`axis_name`) with each shard's statistics.
+    # such field). The loss standardises the returns itself, weighted, with `normalize_returns`. Under
+    # data parallelism (`axis_name`) its weighted means and statistics are over all shards' steps
+    # together, since each shard has its own count of steps whose episode ended in the rollout.
     del normalize_adv
     return partial(policy_gradient_loss, apply_fn=apply_fn, vf_coef=hparams.vf_coef,
                    ent_coef=hparams.ent_coef, normalize_adv=config.normalize_returns,
-                   baseline=config.baseline)
+                   baseline=config.baseline, axis_name=axis_name)
 
 
 #: REINFORCE's parts over the shared skeleton.

@@ -118,8 +118,10 @@ class Algorithm(NamedTuple):
     targets: `targets(traj, v_next, hparams) -> (advantage, target)`, each [T, N], from the [T, N]
       rollout `traj` and V of its next observations `v_next` [T, N] (before any auto-reset); or
       `(advantage, target, weight)`, with each transition's weight in the loss [T, N] (`Batch.weight`).
-    loss: `loss(config, apply_fn, hparams, normalize_adv) -> loss_fn`, where
-      `loss_fn(params, batch=Batch) -> (scalar loss, LossStats)`.
+    loss: `loss(config, apply_fn, hparams, normalize_adv[, axis_name=...]) -> loss_fn`, where
+      `loss_fn(params, batch=Batch) -> (scalar loss, LossStats)`. `axis_name` is passed only under data
+      parallelism (the trainer's): a loss whose means are weighted (`Batch.weight`) takes them over all
+      shards (`fusedrl.train.losses.weighted_mean`); plain means need nothing (equal-size shards).
     optimizer: `optimizer(config, hparams) -> optax.GradientTransformation`.
     learning_rate: `learning_rate(config, hparams, update) -> lr` in effect at the start of update
       `update` (0-based), as the optimiser applies it (reported in the metrics).
@@ -359,7 +361,9 @@ class Trainer:
         normalize_adv = self.normalize_adv
         across = self.axis_name if normalize_adv and self.axis_name is not None else None
         apply_fn = self.sequence_apply if self.recurrent else self.network.apply
-        loss_fn = algo.loss(c, apply_fn, hparams, normalize_adv and across is None)
+        # `axis_name` only under data parallelism: an Algorithm whose loss predates it still runs alone.
+        sharded = {} if self.axis_name is None else {"axis_name": self.axis_name}
+        loss_fn = algo.loss(c, apply_fn, hparams, normalize_adv and across is None, **sharded)
         return minibatch_epochs(
             loss_fn, self.make_optimizer(hparams), params, opt_state, batch, key,
             epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=getattr(c, "target_kl", None),

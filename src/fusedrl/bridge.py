@@ -1,12 +1,21 @@
-"""The host-environment bridge: PPO on Gymnasium envs stepped on the host.
+"""The host-environment bridge: on-policy learners on Gymnasium envs stepped on the host.
 
 `fusedrl.make_train(PPOConfig(env_id="gymnasium:CartPole-v1", ...))` returns a `HostPPO`: the
 architecture of GA3C's predictor or rlstructures' `DeviceEnv`. A `gymnasium.vector.SyncVectorEnv`
 steps on the host; each step ships the observations to the device, where one jitted call
 normalises them (if asked) and samples the actions, which come back to the host. After `num_steps`
-steps the rollout goes to the fused trainer's own `Trainer.learn_from_rollout` (GAE, the minibatch
-epochs and the metrics), jitted once. No PPO math lives here, and the results have the fused
-path's format: a `TrainResult` with the same metric names, each [num_updates].
+steps the rollout goes to the fused trainer's own `Trainer.learn_from_rollout` (the algorithm's
+targets, its optimiser steps and the metrics), jitted once. No algorithm's math lives here, so every
+config the fused trainer takes trains here too (`PPOConfig`, recurrent or not, `A2CConfig`,
+`ReinforceConfig`), and the results have the fused path's format: a `TrainResult` with the same
+metric names, each [num_updates].
+
+A recurrent policy (`recurrent="gru"|"lstm"`) carries its state per env from step to step on the
+device, as the fused rollout does: each policy call starts from the carry after the env's previous
+step, set back to the start of an episode where that step ended one (the step's `done` goes to the
+device with the observations). The learner replays the rollout from the carry before its first step
+(`Trainer.learn_from_rollout`'s `policy_state`), so its log-probabilities and values are those the
+rollout acted with.
 
 It is a host loop, so `train(key)` is a plain Python function: `jax.jit(train)` and
 `jax.vmap(train)` raise an error saying so. Evaluate with `fusedrl.bridge.evaluate` (the env runs
@@ -31,8 +40,8 @@ from flax import struct
 
 from fusedrl.envs.host import HostEnv, HostEnvError, is_host_env_id
 from fusedrl.envs.wrappers import NORM_CLIP, NORM_EPSILON, RunningMeanStd, scale_reward
-from fusedrl.train.config import Hyperparams, PPOConfig
-from fusedrl.train.ppo import PPO_ALGORITHM, RunnerState, Trainer, TrainResult, Transition, typed_key
+from fusedrl.train.config import Hyperparams, OnPolicyConfig, ReinforceConfig
+from fusedrl.train.ppo import ALGORITHMS, RunnerState, Trainer, TrainResult, Transition, typed_key
 
 
 @struct.dataclass
@@ -76,15 +85,16 @@ def _refuse_tracers(env_id: str, *args):
 
 
 class HostPPO:
-    """PPO on a host (Gymnasium) env: `train(key, hparams=None) -> TrainResult`, not jittable.
+    """An on-policy learner on a host (Gymnasium) env: `train(key, hparams=None) -> TrainResult`,
+    not jittable. Named for PPO, its first algorithm; it trains whatever the config's is.
 
     Holds a fused `Trainer` for the config and calls its network, optimiser, learning-rate schedule
     and `learn_from_rollout`; only the rollout is its own, a host loop over a Gymnasium vector env.
     It offers the trainer's interface (`init`, `run`, `make_env`, `obs_stats`, `default_hparams`).
 
     Args:
-      config: a `PPOConfig` whose env_id starts with "gymnasium:"; `env_params` go to
-        `gymnasium.make` as keyword arguments.
+      config: a `PPOConfig` (recurrent or not), `A2CConfig` or `ReinforceConfig` whose env_id starts
+        with "gymnasium:"; `env_params` go to `gymnasium.make` as keyword arguments.
       callback: optional `callback(metrics: dict[str, np.ndarray])`, called on the host every
         `callback_every` updates with that update's metrics.
       callback_every: updates between callbacks.
@@ -93,23 +103,25 @@ class HostPPO:
     #: `jax.jit(train)` is not possible: callers (the CLI) check this to call `train(key)` directly.
     jittable = False
 
-    def __init__(self, config: PPOConfig, *, callback: Callable | None = None, callback_every: int = 1):
-        if not isinstance(config, PPOConfig):
-            raise TypeError(f"make_train takes a PPOConfig, got {type(config).__name__}.")
+    def __init__(self, config: OnPolicyConfig, *, callback: Callable | None = None, callback_every: int = 1):
+        algorithm = ALGORITHMS.get(type(config))
+        if algorithm is None:
+            names = ", ".join(c.__name__ for c in ALGORITHMS)
+            raise TypeError(f"make_train takes an algorithm's config ({names}), got {type(config).__name__}.")
         if not is_host_env_id(config.env_id):
             raise ValueError(f"HostPPO trains 'gymnasium:' env ids, got {config.env_id!r}.")
-        if config.recurrent is not None:
-            raise ValueError(f"recurrent={config.recurrent!r}: the host bridge trains feed-forward policies "
-                             f"only; set recurrent=None, or use a JAX env id for a recurrent policy.")
-        self.trainer = Trainer(config, PPO_ALGORITHM, callback=callback, callback_every=callback_every)
+        self.trainer = Trainer(config, algorithm, callback=callback, callback_every=callback_every)
         self.config, self.callback, self.callback_every = config, callback, int(callback_every)
         t = self.trainer
         self.env, self.env_params, self.network = t.env, t.env_params, t.network
         self.discrete, self.action_dim = self.trainer.discrete, self.trainer.action_dim
+        self.recurrent = t.recurrent
         assert isinstance(self.env, HostEnv)
+        check_host_config(config, self.env)
         # One compile each per trainer; their shapes are fixed by the config.
         self._act = jax.jit(self.act)
         self._observe = jax.jit(self.observe)
+        self._next_policy_state = jax.jit(self.next_policy_state)
         self._policy_step = jax.jit(self.policy_step)
         self.learn_step = jax.jit(self.learn_host_rollout)
 
@@ -126,11 +138,12 @@ class HostPPO:
     def learning_rate(self, hparams: Hyperparams, update):
         return self.trainer.learning_rate(hparams, update)
 
-    def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams):
-        return self.trainer.learn_from_rollout(state, traj, hparams)
+    def learn_from_rollout(self, state: RunnerState, traj: Transition, hparams: Hyperparams,
+                           policy_state=None):
+        return self.trainer.learn_from_rollout(state, traj, hparams, policy_state)
 
-    def advantages(self, params, traj: Transition, hparams: Hyperparams):
-        return self.trainer.advantages(params, traj, hparams)
+    def advantages(self, params, traj: Transition, hparams: Hyperparams, policy_state=None):
+        return self.trainer.advantages(params, traj, hparams, policy_state)
 
     def learn(self, params, opt_state, batch, hparams: Hyperparams, key: jax.Array):
         return self.trainer.learn(params, opt_state, batch, hparams, key)
@@ -148,14 +161,18 @@ class HostPPO:
 
     # ----------------------------------------------------------------------- device pieces
     def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
-        """Parameters, optimiser state and fresh normalisers; `obs` is a placeholder of zeros
-        until `run` resets the host envs."""
+        """Parameters, optimiser state, fresh normalisers and (recurrent) the episode-start policy
+        state; `obs` is a placeholder of zeros until `run` resets the host envs."""
         hparams = self.check_hparams(hparams)
         c = self.config
         k_env, k_net, key = jax.random.split(typed_key(key), 3)
-        del k_env  # same split as PPO.init, so the network's init key matches the fused path's
+        del k_env  # same split as Trainer.init, so the network's init key matches the fused path's
         obs = jnp.zeros((c.num_envs, self.env.obs_dim), jnp.float32)
-        params = self.network.init(k_net, obs[:1])
+        policy_state = self.trainer.initial_policy_state(c.num_envs)
+        if self.recurrent:
+            params = self.network.init(k_net, jax.tree.map(lambda x: x[:1], policy_state), obs[:1])
+        else:
+            params = self.network.init(k_net, obs[:1])
         opt_state = self.make_optimizer(hparams).init(params)
         env_state = HostEnvState(
             obs_stats=RunningMeanStd.create((self.env.obs_dim,)) if c.normalize_obs else None,
@@ -163,7 +180,7 @@ class HostPPO:
             discounted_return=jnp.zeros((c.num_envs,), jnp.float32) if c.normalize_reward else None,
         )
         zero = jnp.zeros((), jnp.float32)
-        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero)
+        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero, policy_state)
 
     def observe(self, env_state: HostEnvState, raw_obs: jax.Array, raw_final: jax.Array | None = None):
         """Observations [N, obs_dim] as the policy sees them (NormalizeObservation's order: the
@@ -181,18 +198,31 @@ class HostPPO:
         final = None if raw_final is None else norm(raw_final)
         return env_state.replace(obs_stats=stats), norm(raw_obs), final
 
-    def act(self, params, obs: jax.Array, key: jax.Array):
-        """Samples actions for obs [N, obs_dim]: returns (action, log_prob [N], value [N], key)."""
+    def act(self, params, policy_state, obs: jax.Array, key: jax.Array):
+        """Samples actions for obs [N, obs_dim] from `policy_state` (a recurrent policy's carry,
+        None feed-forward): returns (policy_state after the call, action, log_prob [N], value [N],
+        key)."""
         key, k_act = jax.random.split(key)
-        pi, value = self.network.apply(params, obs)
+        policy_state, pi, value = self.trainer.policy_step(params, policy_state, obs)
         action = pi.sample(k_act)
-        return action, pi.log_prob(action), value, key
+        return policy_state, action, pi.log_prob(action), value, key
 
-    def policy_step(self, params, env_state, key, raw_obs, raw_final=None):
-        """`observe` then `act` on the new observations: the one device call per env step."""
+    def next_policy_state(self, env_state, policy_state, raw_obs, raw_final=None, done=None):
+        """`observe`, and the policy state set back to an episode's start where the step just taken
+        ended one (`done` [N]; None for a feed-forward policy, whose state is None). Returns
+        (env_state, obs, final, policy_state)."""
         env_state, obs, final = self.observe(env_state, raw_obs, raw_final)
-        action, log_prob, value, key = self.act(params, obs, key)
-        return env_state, obs, final, action, log_prob, value, key
+        if done is not None:
+            policy_state = self.trainer.reset_policy_state(policy_state, jnp.asarray(done, bool))
+        return env_state, obs, final, policy_state
+
+    def policy_step(self, params, env_state, policy_state, key, raw_obs, raw_final=None, done=None):
+        """`next_policy_state` then `act` on the new observations: the one device call per env step.
+        Returns (env_state, obs, final, policy_state, action, log_prob, value, key)."""
+        env_state, obs, final, policy_state = self.next_policy_state(env_state, policy_state, raw_obs,
+                                                                     raw_final, done)
+        policy_state, action, log_prob, value, key = self.act(params, policy_state, obs, key)
+        return env_state, obs, final, policy_state, action, log_prob, value, key
 
     def scale_rewards(self, env_state: HostEnvState, reward: jax.Array, done: jax.Array, gamma):
         """NormalizeReward over a [T, N] rollout, step by step as the wrapper does it."""
@@ -210,8 +240,8 @@ class HostPPO:
 
     def transition(self, env_state: HostEnvState, steps, host: dict[str, Any], gamma):
         """Assembles the [T, N] `Transition` from the per-step device outputs (`steps`: lists of
-        T arrays, see `collect`) and the host arrays, scaling rewards if the config asks.
-        Returns (env_state, traj)."""
+        T arrays, then the policy state before the rollout, see `collect`) and the host arrays,
+        scaling rewards if the config asks. Returns (env_state, traj)."""
         obs, action, log_prob, value = (jnp.stack(x) for x in steps[:4])
         finals = steps[4]  # T device arrays (normalised on the way) or one host array [T, N, D]
         next_obs = jnp.stack(finals) if isinstance(finals, list | tuple) else jnp.asarray(finals)
@@ -227,9 +257,10 @@ class HostPPO:
         return env_state, traj
 
     def learn_host_rollout(self, state: RunnerState, steps, host: dict[str, Any], hparams: Hyperparams):
-        """`transition`, then the fused trainer's `learn_from_rollout` (GAE, epochs, metrics)."""
+        """`transition`, then the fused trainer's `learn_from_rollout` (the algorithm's targets, its
+        optimiser steps, the metrics), from the policy state before the rollout (`steps[5]`)."""
         env_state, traj = self.transition(state.env_state, steps, host, hparams.gamma)
-        return self.learn_from_rollout(state.replace(env_state=env_state), traj, hparams)
+        return self.learn_from_rollout(state.replace(env_state=env_state), traj, hparams, steps[5])
 
     # -------------------------------------------------------------------------- host loop
     def run(self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None,
@@ -267,7 +298,7 @@ class HostPPO:
 
     def reset_envs(self, envs, state: RunnerState):
         """Resets the host envs (seeded from `state.key`); returns (state with the first
-        observations, per-env episode counters)."""
+        observations and the episode-start policy state, per-env episode counters)."""
         key, k_seed = jax.random.split(state.key)
         seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
         try:
@@ -277,13 +308,18 @@ class HostPPO:
         env_state, obs, _ = self._observe(state.env_state, self.env.encode_obs(raw))
         n = self.config.num_envs
         episode = (np.zeros(n, np.float64), np.zeros(n, np.int64))  # running return, length
-        return state.replace(env_state=env_state, obs=obs, key=key), episode
+        policy_state = self.trainer.initial_policy_state(n)  # every env starts an episode
+        return state.replace(env_state=env_state, obs=obs, key=key, policy_state=policy_state), episode
 
     def collect(self, envs, state: RunnerState, episode, probe: Probe | None = None):
         """Steps the host envs `num_steps` times with the current policy.
 
         Returns (state, episode counters, (steps, host arrays)) where the last pair is what
         `learn_host_rollout` takes. With a `probe`, every phase is timed (and synchronised).
+        A recurrent policy's state is carried from step to step on the device and set back to
+        an episode's start after each step that ended one (the step's `done` is sent with its
+        observations); `steps` ends with the state before the first step, which the learner
+        replays the rollout from.
         """
         c, env = self.config, self.env
         T, N = c.num_steps, c.num_envs
@@ -300,9 +336,10 @@ class HostPPO:
         }
         raw_finals = None if norm else np.zeros((T, N, env.obs_dim), np.float32)
         params, env_state, obs, key = state.params, state.env_state, state.obs, state.key
+        start = policy_state = state.policy_state
         if probe is not None:
             probe.start()
-        action, log_prob, value, key = self._act(params, obs, key)
+        policy_state, action, log_prob, value, key = self._act(params, policy_state, obs, key)
         if probe is not None:
             jax.block_until_ready(action)
             probe.tick("policy")
@@ -342,24 +379,29 @@ class HostPPO:
                 next_obs = jax.block_until_ready(jax.device_put(next_obs))
                 final = jax.block_until_ready(jax.device_put(final)) if norm else None
                 probe.tick("to_device")
+            ended = done if self.recurrent else None  # only a recurrent policy's state needs it
             if t + 1 < T:
-                env_state, obs, f, action, log_prob, value, key = self._policy_step(
-                    params, env_state, key, next_obs, final if norm else None
+                env_state, obs, f, policy_state, action, log_prob, value, key = self._policy_step(
+                    params, env_state, policy_state, key, next_obs, final if norm else None, ended
                 )
-            else:  # the last observation: normalise it, but act on it only after the update
+            elif self.recurrent:  # the last observation: normalise it, but act on it only after the update
+                env_state, obs, f, policy_state = self._next_policy_state(
+                    env_state, policy_state, next_obs, final if norm else None, ended
+                )
+            else:
                 env_state, obs, f = self._observe(env_state, next_obs, final if norm else None)
             if norm:
                 final_l.append(f)
             if probe is not None:
                 jax.block_until_ready((obs, action))
                 probe.tick("policy")
-        steps = (obs_l, act_l, logp_l, val_l, final_l if norm else raw_finals)
-        state = state.replace(env_state=env_state, obs=obs, key=key)
+        steps = (obs_l, act_l, logp_l, val_l, final_l if norm else raw_finals, start)
+        state = state.replace(env_state=env_state, obs=obs, key=key, policy_state=policy_state)
         return state, (ep_ret, ep_len), (steps, host)
 
 
 def evaluate(
-    config: PPOConfig,
+    config: OnPolicyConfig,
     result: TrainResult,
     key: jax.Array,
     num_episodes: int = 64,
@@ -372,7 +414,8 @@ def evaluate(
     The host counterpart of `fusedrl.evaluate`: `num_episodes` Gymnasium envs, each until its first
     episode ends (or `max_steps` steps, default: the env's time limit or 100_000), observations
     normalised with the run's final statistics (frozen), raw returns, greedy (mode) actions unless
-    `greedy=False`.
+    `greedy=False`. A recurrent policy starts each env at an episode's start and carries its state
+    through that one episode.
     """
     from fusedrl.evaluation import check_evaluate_args
 
@@ -383,13 +426,13 @@ def evaluate(
     limit = max_steps or env.max_episode_steps or 100_000
 
     @jax.jit
-    def policy(params, raw_obs, key):
+    def policy(params, policy_state, raw_obs, key):
         obs = jnp.asarray(raw_obs, jnp.float32)
         if stats is not None:
             obs = stats.normalize(obs, epsilon=NORM_EPSILON, clip=NORM_CLIP)
-        pi, _ = trainer.network.apply(params, obs)
+        policy_state, pi, _ = trainer.trainer.policy_step(params, policy_state, obs)
         key, k = jax.random.split(key)
-        return (pi.mode() if greedy else pi.sample(k)), key
+        return (pi.mode() if greedy else pi.sample(k)), policy_state, key
 
     envs = env.make_vec(num_episodes)
     try:
@@ -397,8 +440,10 @@ def evaluate(
         raw, _ = envs.reset(seed=int(jax.random.randint(k_seed, (), 0, 2**31 - 1)))
         returns = np.zeros(num_episodes, np.float64)
         finished = np.zeros(num_episodes, bool)
+        # Each env's one episode: its policy state is never reset (a finished env's actions are unused).
+        policy_state = trainer.trainer.initial_policy_state(num_episodes)
         for _ in range(limit):
-            action, key = policy(result.params, env.encode_obs(raw), key)
+            action, policy_state, key = policy(result.params, policy_state, env.encode_obs(raw), key)
             try:
                 raw, reward, terminated, truncated, _ = envs.step(env.decode_action(np.asarray(action)))
             except Exception as e:
@@ -412,9 +457,26 @@ def evaluate(
     return jnp.asarray(returns, jnp.float32)
 
 
-def make_host_train(config: PPOConfig, **kwargs) -> HostPPO:
+def check_host_config(config: OnPolicyConfig, env: HostEnv) -> None:
+    """The config's rules that need the Gymnasium env (the bridge's `config.check_env_params`).
+
+    REINFORCE learns only from episodes that end inside a rollout (nothing is bootstrapped), so
+    a rollout shorter than the env's time limit is refused, as `ReinforceConfig` refuses it for a
+    JAX env, with the Gymnasium keyword to lower the limit."""
+    limit = env.max_episode_steps
+    if not isinstance(config, ReinforceConfig) or limit is None or config.num_steps >= limit:
+        return
+    raise ValueError(
+        f"num_steps={config.num_steps} is shorter than {config.env_id}'s time limit "
+        f"(max_episode_steps={limit}): REINFORCE learns only from episodes that end inside a rollout, "
+        f"so most rollouts would have none. Set num_steps >= {limit}, or lower the time limit with "
+        f"env_params={{'max_episode_steps': {config.num_steps}}} (gymnasium.make's keyword)."
+    )
+
+
+def make_host_train(config: OnPolicyConfig, **kwargs) -> HostPPO:
     """The bridge trainer for a "gymnasium:" config (what `fusedrl.make_train` returns for it)."""
     return HostPPO(config, **kwargs)
 
 
-__all__ = ["HostEnvState", "HostPPO", "Probe", "evaluate", "make_host_train"]
+__all__ = ["HostEnvState", "HostPPO", "Probe", "check_host_config", "evaluate", "make_host_train"]

@@ -161,7 +161,7 @@ def cmd_sweep(args) -> int:
 def resolve(args) -> tuple[PPOConfig, Any]:
     """The PPOConfig and RunOptions a `train` command asks for (no work done yet)."""
     from fusedrl.envs import make
-    from fusedrl.envs.host import HostEnvError
+    from fusedrl.envs.host import HostEnvError, is_host_env_id
     from fusedrl.runs import RunOptions, check_supported, read_config_file
     from fusedrl.train.config import config_class
     from fusedrl.train.presets import preset
@@ -212,7 +212,13 @@ def resolve(args) -> tuple[PPOConfig, Any]:
             config = config_class(algo).from_dict({**base, **overrides})
         else:
             config = preset(env_id, algo=algo, **{k: v for k, v in overrides.items() if k != "env_id"})
-        make(config.env_id, **config.env_params)
+        env, env_params = make(config.env_id, **config.env_params)
+        if is_host_env_id(config.env_id):  # the config's rules that need the env, before any compile
+            from fusedrl.bridge import check_host_config
+
+            check_host_config(config, env)
+        else:
+            config.check_env_params(env_params)
     except (TypeError, ValueError, HostEnvError) as e:
         raise CLIError(f"invalid configuration: {e}") from None
 

@@ -26,11 +26,11 @@ DATA_AXIS = "data"  # axis the shards of one data-parallel agent run along
 
 
 #: The configs whose runs split over shards as one agent (see `data_parallel_train`).
-SHARDABLE = (PPOConfig, A2CConfig)
+SHARDABLE = (PPOConfig, A2CConfig, ReinforceConfig)
 
 
 def data_parallel_train(
-    config: PPOConfig | A2CConfig,
+    config: PPOConfig | A2CConfig | ReinforceConfig,
     devices: Sequence[jax.Device] | None = None,
     *,
     num_shards: int | None = None,
@@ -47,9 +47,11 @@ def data_parallel_train(
     the learning-rate schedule are those of `config`; each minibatch is the union of the shards'
     local minibatches (stratified across shards), so the run is a valid PPO run but not the same
     random run as `make_train(config)`. An `A2CConfig` splits the same way (its one minibatch is the
-    whole rollout). A `ReinforceConfig` is refused: its loss is a mean over the steps whose episode
-    ended inside the rollout, a number each shard has its own of, so the mean of the shards'
-    gradients is not the agent's gradient (nor its return normalisation the agent's).
+    whole rollout), and so does a `ReinforceConfig`: its Monte-Carlo returns are per env, so each
+    shard computes its envs' exactly, and its loss's means over the steps whose episode ended inside
+    the rollout (a count each shard has its own of) and its return normalisation are taken over all
+    shards' steps together (`fusedrl.train.losses.weighted_mean` with the axis name), so the mean of
+    the shards' gradients is the agent's gradient.
 
     Returns a jitted function. Its `TrainResult` holds one copy of `params`/`opt_state` (shard 0's;
     every shard holds the same) and the per-shard env state, observations and key with a leading
@@ -66,12 +68,8 @@ def data_parallel_train(
     `--xla_cpu_collective_call_terminate_timeout_seconds` in `XLA_FLAGS`.
     """
     if type(config) not in SHARDABLE:
-        why = ("REINFORCE's loss is a mean over the steps whose episode ended in each shard's rollout, so "
-               "the mean of the shards' gradients is not the agent's gradient. Train it as one agent "
-               "(`fusedrl.make_train(config)`), or use fusedrl.A2CConfig (gae_lambda=1: n-step returns)"
-               if isinstance(config, ReinforceConfig) else "it is no algorithm's config")
-        raise TypeError(f"data_parallel_train takes a {' or '.join(c.__name__ for c in SHARDABLE)}, got "
-                        f"{type(config).__name__}: {why}.")
+        raise TypeError(f"data_parallel_train takes a {', '.join(c.__name__ for c in SHARDABLE)}, got "
+                        f"{type(config).__name__}: it is no algorithm's config.")
     if is_host_env_id(config.env_id):
         raise ValueError(
             f"cannot split {config.env_id} over shards: a Gymnasium env steps on the host (the host "
@@ -96,7 +94,7 @@ def data_parallel_train(
     local = shard_config(config, num_shards)
     # The shard's config may have been validated with normalize_adv=False (see `shard_config`):
     # the trainer normalises as the agent's config says, over the global minibatch.
-    train = make_train(local, axis_name=DATA_AXIS, normalize_adv=config.normalize_adv)
+    train = make_train(local, axis_name=DATA_AXIS, normalize_adv=getattr(config, "normalize_adv", False))
 
     def shard(key, hparams):
         return train(key, hparams)
@@ -135,7 +133,7 @@ def data_parallel_train(
     return run
 
 
-def shard_config(config: PPOConfig | A2CConfig, num_shards: int) -> PPOConfig | A2CConfig:
+def shard_config(config: PPOConfig | A2CConfig | ReinforceConfig, num_shards: int):
     """The config one of `num_shards` shards trains with: `num_envs // num_shards` envs and the
     same number of updates, built (and validated) by `config.replace`.
 
@@ -151,7 +149,7 @@ def shard_config(config: PPOConfig | A2CConfig, num_shards: int) -> PPOConfig | 
         return config.replace(**changes)
     except ValueError as e:
         local_minibatch = config.batch_size // num_shards // ALGORITHMS[type(config)].minibatches(config)
-        if not (config.normalize_adv and local_minibatch == 1):
+        if not (getattr(config, "normalize_adv", False) and local_minibatch == 1):
             raise ValueError(f"per-shard config of a {num_shards}-way data-parallel run: {e}") from None
     try:
         return config.replace(**changes, normalize_adv=False)

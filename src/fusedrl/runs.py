@@ -129,9 +129,6 @@ def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
 
 def check_supported(config: PPOConfig, options: RunOptions) -> None:
     """Raises ValueError for a run that `train_run` cannot do, naming the option to change."""
-    if is_host_env_id(config.env_id) and config.algo != "ppo":
-        raise ValueError(f"{config.env_id} trains through the host bridge, which runs PPO only: use "
-                         f"{jax_instead(config.env_id)} with algo {config.algo!r}, or algo 'ppo'.")
     if is_host_env_id(config.env_id) and options.num_seeds != 1:
         raise ValueError(
             f"num_seeds (--num-seeds) must be 1 for {config.env_id}, got {options.num_seeds}: a Gymnasium "

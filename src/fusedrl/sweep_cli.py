@@ -4,18 +4,21 @@
     fusedrl sweep --env CartPole-v1 --zip lr=1e-4,1e-3 --zip ent_coef=0.0,0.01
     fusedrl sweep --env CartPole-v1 --random lr=1e-5:1e-3 --random clip_eps=0.1:0.3 --num-samples 16
     fusedrl sweep --env CartPole-v1 --grid gravity=9.8,12,15 --set total_timesteps=100000
+    fusedrl sweep --env CartPole-v1 --algo a2c --grid lr=1e-3,7e-3 --num-seeds 4
 
 Axes: --grid (every combination), --zip (i-th values together) or --random (--num-samples draws:
 LOW:HIGH is uniform, log-uniform for lr; log:LOW:HIGH / uniform:LOW:HIGH choose; A,B,C picks
-among values); one kind per sweep. Axes are traced fields only (lr, gamma, gae_lambda, clip_eps,
-ent_coef, vf_coef, max_grad_norm, and the env's params such as gravity). --set FIELD=VALUE fixes
-any PPOConfig field for every run (env params as env_params.NAME=VALUE or NAME=VALUE).
+among values); one kind per sweep. Axes are traced fields only (PPO's: lr, gamma, gae_lambda,
+clip_eps, ent_coef, vf_coef, max_grad_norm; A2C and REINFORCE have no clip_eps, REINFORCE no
+gae_lambda; and the env's params such as gravity). --algo ppo|a2c|reinforce picks the algorithm
+(default ppo), as for `fusedrl train`. --set FIELD=VALUE fixes any field of the algorithm's config
+for every run (env params as env_params.NAME=VALUE or NAME=VALUE).
 
 The run folder gets table.csv (one row per run), summary.csv (mean over seeds per combination),
-curves.npz (every metric [seed, ..., update] with its axes), sweep.json (the base config, with each
-swept field null, and the axes; for zip and random sweeps each trial's values) and one PNG of
-learning curves per swept field. With --eval-episodes N every run ends with a greedy evaluation of
-N episodes, and both tables get its mean return (eval_return).
+curves.npz (every metric [seed, ..., update] with its axes), sweep.json (the algorithm, the base
+config with each swept field null, and the axes; for zip and random sweeps each trial's values)
+and one PNG of learning curves per swept field. With --eval-episodes N every run ends with a
+greedy evaluation of N episodes, and both tables get its mean return (eval_return).
 
 Hook into fusedrl's main parser with `add_sweep_parser(subparsers)`; the parsed args carry
 `func=run_sweep`.
@@ -60,6 +63,8 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--env", metavar="ID", required=True, help="environment id; uses its preset if any")
+    p.add_argument("--algo", choices=("ppo", "a2c", "reinforce"), default="ppo",
+                   help="the algorithm (default ppo); the env's preset is the algorithm's")
     p.add_argument("--num-seeds", type=int, default=1, metavar="N", help="seeds per combination (default 1)")
     p.add_argument("--seed", type=seed_arg, default=0, metavar="S", help="base random seed (default 0)")
     p.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
@@ -71,7 +76,7 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, metavar="N", help="random-search trials (with --random)")
     p.add_argument("--total-timesteps", type=int, metavar="T", help="env steps per run")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
-                   help="fix a PPOConfig field or env param for every run (repeatable)")
+                   help="fix a field of the algorithm's config or an env param for every run (repeatable)")
     p.add_argument("--out", type=Path, metavar="DIR", help="run folder (default runs/sweep-<env id>[-N])")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the outputs of an earlier sweep in --out")
@@ -131,27 +136,33 @@ def parse_random(item: str):
 
 
 def build_config(args, axes: Mapping[str, Any] | None = None):
-    """The base PPOConfig of the sweep: the env's preset (if any) with --set/--total-timesteps,
-    parsed as `fusedrl train` parses them (`fusedrl._argtypes.parse_overrides`). A field both
-    fixed here and swept in `axes` is an error: the sweep would silently override the --set."""
+    """The base config of the sweep, of `--algo`'s class (`PPOConfig`, `A2CConfig` or
+    `ReinforceConfig`): the env's preset for that algorithm (if any) with --set/--total-timesteps,
+    parsed as `fusedrl train` parses them (`fusedrl._argtypes.parse_overrides`; another
+    algorithm's field is refused by name). A field both fixed here and swept in `axes` is an
+    error: the sweep would silently override the --set."""
     from fusedrl.envs import make
     from fusedrl.envs.host import is_host_env_id, jax_twin
-    from fusedrl.train import PPOConfig, has_preset, preset
+    from fusedrl.train import preset
+    from fusedrl.train.config import config_class
 
+    algo = getattr(args, "algo", None) or "ppo"  # an args namespace built before --algo: PPO
     if is_host_env_id(args.env):
+        algo_flag = f" --algo {algo}" if algo != "ppo" else ""
         twin = jax_twin(args.env)
         twin = f" Sweep fusedrl's JAX version instead: --env {twin}." if twin else ""
         raise SweepCLIError(
             f"sweeps need a JAX environment: {args.env} is a Gymnasium env stepped on the host (the "
             f"host bridge), so its runs cannot be vmapped into one program.{twin} To train the Gymnasium "
-            f"env itself, run `fusedrl train --env {args.env} --seed S`, one run per seed and setting."
+            f"env itself, run `fusedrl train --env {args.env}{algo_flag} --seed S`, one run per seed and "
+            f"setting."
         )
     try:
         env_params = make(args.env)[1]
     except (ValueError, TypeError) as e:
         raise SweepCLIError(str(e)) from None
     fields = parse_overrides(args.overrides, env_param_defaults(env_params),
-                             total_timesteps=args.total_timesteps)
+                             total_timesteps=args.total_timesteps, config_cls=config_class(algo))
     if "env_id" in fields:
         raise SweepCLIError("use --env to choose the environment, not --set env_id=...")
     fixed = {**fields, **fields.get("env_params", {})}
@@ -160,9 +171,7 @@ def build_config(args, axes: Mapping[str, Any] | None = None):
             raise SweepCLIError(f"{name} is both swept (--grid/--zip/--random) and fixed (--set or "
                                 f"--total-timesteps); drop one of them.")
     try:
-        if has_preset(args.env):
-            return preset(args.env, **fields)
-        return PPOConfig(env_id=args.env, **fields)
+        return preset(args.env, algo=algo, **fields)  # the config's defaults where no preset
     except (TypeError, ValueError) as e:
         raise SweepCLIError(f"invalid configuration: {e}") from None
 
@@ -184,11 +193,12 @@ def parse_axes(args) -> tuple[str, dict[str, Any]]:
     axes: dict[str, Any] = {}
     for name, values in pairs:
         if name.startswith("env_params."):  # an env param as --set names it: the sweep's axis is NAME
-            from fusedrl.train import PPOConfig
+            from fusedrl.train.config import config_class
 
+            cls = config_class(getattr(args, "algo", None) or "ppo")
             name = name.removeprefix("env_params.")
-            if name in PPOConfig.__dataclass_fields__:
-                raise SweepCLIError(f"env_params.{name}: {name} is a PPOConfig field, not an env param.")
+            if name in cls.__dataclass_fields__:
+                raise SweepCLIError(f"env_params.{name}: {name} is a {cls.__name__} field, not an env param.")
         if name in axes:
             raise SweepCLIError(f"axis {name!r} is given twice.")
         axes[name] = values
@@ -295,7 +305,7 @@ def _run(args) -> int:
                 else (len(next(iter(axes.values()))) if axes else 1)
             )
         progress = _Progress(runs, config.num_updates // every, every * config.batch_size)
-    print(f"sweep {config.env_id}: mode={mode}, {args.num_seeds} seed(s), axes "
+    print(f"sweep {config.env_id} ({config.algo}): mode={mode}, {args.num_seeds} seed(s), axes "
           f"{', '.join(axes) or '(none)'}; compiling...", file=sys.stderr, flush=True)
     start = time.perf_counter()
     result = sweep(config, args.num_seeds, keep_state=False, callback=progress,
@@ -358,6 +368,7 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
         if name in table:
             table[name] = None
     doc = {
+        "algo": result.config.algo,  # the class of "config" (`fusedrl.train.config.config_class`)
         "config": config,
         "mode": result.mode,
         "dims": list(result.dims),

@@ -11,6 +11,10 @@ Configs (CartPole-v1, 4 epochs, 4 minibatches, lr 2.5e-4, 2x64 tanh, 5e5 steps p
   seeds64  64 seeds vmapped, 4 envs x 128 steps (not run by default: the many-agents goal of
            `python -m fusedrl.bench sweep`, here against the peer; give it fewer steps, e.g.
            `--timesteps seeds64=51200`)
+  recurrent  1 seed, 4 envs x 128 steps, recurrent PPO at the config of PureJaxRL's `ppo_rnn.py`:
+           a 128-unit GRU between 128-wide ReLU layers (embedding; actor and critic heads), the
+           minibatches whole envs (not run by default; rejax has no recurrent PPO, so only
+           PureJaxRL's `purejaxrl/ppo_rnn.py` runs beside ours)
 
 Compile time is measured apart (`.lower().compile()`); steps/s times execution only. Ours runs
 seeds as the peers do (`jax.jit(jax.vmap(train))`, "fusedrl") and, at the multi-seed configs,
@@ -47,7 +51,10 @@ CONFIGS = {
     "seeds8": dict(seeds=8, num_envs=4, num_steps=128),
     "wide": dict(seeds=1, num_envs=2048, num_steps=16),
     "seeds64": dict(seeds=64, num_envs=4, num_steps=128),
+    "recurrent": dict(seeds=1, num_envs=4, num_steps=128, network="gru"),
 }
+#: Peers that have no recurrent PPO: they sit out the configs with network="gru".
+FEEDFORWARD_ONLY = ("rejax",)
 DEFAULT_CONFIGS = "default,seeds8,wide"
 OURS = ("fusedrl", "fusedrl-sweep")  # jax.vmap(train) over seeds; fusedrl.sweep (multi-seed configs)
 PEER_SCRIPT = os.path.join(
@@ -56,9 +63,14 @@ PEER_SCRIPT = os.path.join(
 PUREJAXRL_RUNNER = os.path.join(os.path.dirname(__file__), "_purejaxrl_peer.py")
 
 
-def _config(num_envs: int, num_steps: int, total: int):
+def _config(num_envs: int, num_steps: int, total: int, network: str = "mlp"):
+    """PureJaxRL's `ppo.py` config ("mlp": 2x64 tanh), or its `ppo_rnn.py` config ("gru": a Dense(128)
+    ReLU embedding, a 128-unit GRU, then 128-wide ReLU actor and critic layers: our recurrent
+    network with hidden_sizes (128, 128)); the PPO numbers are the same in both scripts."""
     from fusedrl.train import PPOConfig
 
+    network_fields = (dict(hidden_sizes=(64, 64), activation="tanh") if network == "mlp" else
+                      dict(recurrent="gru", recurrent_size=128, hidden_sizes=(128, 128), activation="relu"))
     return PPOConfig(
         env_id="CartPole-v1",
         num_envs=num_envs,
@@ -67,16 +79,15 @@ def _config(num_envs: int, num_steps: int, total: int):
         update_epochs=4,
         num_minibatches=4,
         lr=2.5e-4,
-        hidden_sizes=(64, 64),
-        activation="tanh",
+        **network_fields,
     )
 
 
-def run_ours(seeds: int, num_envs: int, num_steps: int, total: int) -> dict:
+def run_ours(seeds: int, num_envs: int, num_steps: int, total: int, network: str = "mlp") -> dict:
     """`jax.jit(jax.vmap(train))` over `seeds` keys: the way the peers run seeds."""
     from fusedrl.train import make_train
 
-    config = _config(num_envs, num_steps, total)
+    config = _config(num_envs, num_steps, total, network)
     train = make_train(config)
     keys = jax.random.split(jax.random.key(0), seeds)
     result, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(train)), keys)
@@ -108,9 +119,10 @@ def run_ours_sweep(seeds: int, num_envs: int, num_steps: int, total: int) -> dic
 
 def run_peer(
     python: str, script: str, seeds: int, num_envs: int, num_steps: int, total: int,
-    env: dict[str, str] | None = None, timeout: float = 900, attempts: int = 3,
+    env: dict[str, str] | None = None, timeout: float = 900, attempts: int = 3, network: str = "mlp",
 ) -> dict:
     """One peer run in a fresh process; its JSON line, plus "hangs": runs killed at `timeout`.
+    `network` other than "mlp" goes to the script as a fifth argument (PureJaxRL's runner: "gru").
 
     A run that passes `timeout` is killed and retried (up to `attempts` runs in all; if every one
     hangs, the result is {"hung": True, "hangs": attempts} and the table says "hung"): vmapped
@@ -122,7 +134,8 @@ def run_peer(
     for _ in range(attempts):
         try:
             out = subprocess.run(
-                [python, script, str(seeds), str(num_envs), str(num_steps), str(total)],
+                [python, script, str(seeds), str(num_envs), str(num_steps), str(total)]
+                + ([network] if network != "mlp" else []),
                 capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
             )
         except subprocess.TimeoutExpired:
@@ -194,9 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--peer-script {args.peer_script}: no such file (the default looks for "
                     f"shared/peers/rejax_ppo.py beside the folder that holds this repository); pass "
                     f"its path, e.g. --peer-script ../shared/peers/rejax_ppo.py")
-    if args.purejaxrl_src and not os.path.isfile(os.path.join(args.purejaxrl_src, "purejaxrl", "ppo.py")):
-        p.error(f"--purejaxrl-src {args.purejaxrl_src}: no purejaxrl/ppo.py in it (see "
-                f"fusedrl/bench/_purejaxrl_peer.py for what the folder holds)")
+    for script, needed in (("ppo.py", any(CONFIGS[n].get("network", "mlp") == "mlp" for n in pjx_names)),
+                           ("ppo_rnn.py", any(CONFIGS[n].get("network") == "gru" for n in pjx_names))):
+        if args.purejaxrl_src and needed and not os.path.isfile(
+                os.path.join(args.purejaxrl_src, "purejaxrl", script)):
+            p.error(f"--purejaxrl-src {args.purejaxrl_src}: no purejaxrl/{script} in it (see "
+                    f"fusedrl/bench/_purejaxrl_peer.py for what the folder holds)")
     impls = {
         "fusedrl": lambda name, cfg: _subprocess_ours(cfg, totals[name]),
         "fusedrl-sweep": lambda name, cfg: _subprocess_ours(cfg, totals[name], "run_ours_sweep"),
@@ -210,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.peer_python:
         impls["rejax"] = lambda name, cfg: run_peer(
             args.peer_python, args.peer_script, **cfg, total=totals[name], timeout=args.peer_timeout,
-        )
+        )  # never at a recurrent config (FEEDFORWARD_ONLY)
     if args.purejaxrl_src:
         src = os.path.abspath(args.purejaxrl_src)
         impls["purejaxrl"] = lambda name, cfg: run_peer(
@@ -225,8 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for name in names:
         cfg = CONFIGS[name]
+        recurrent = cfg.get("network", "mlp") != "mlp"
         here = [label for label in labels if (label != "purejaxrl" or name in pjx_names)
-                and (not label.endswith("-sweep") or cfg["seeds"] > 1)]
+                and (not label.endswith("-sweep") or cfg["seeds"] > 1)
+                and not (recurrent and label in FEEDFORWARD_ONLY)]
         runs: dict[str, list[dict]] = {label: [] for label in here}
         for r in range(args.repeats):
             # Rotate the order every repeat, so no implementation always runs first or last.
@@ -305,9 +323,10 @@ def _config_names(p: argparse.ArgumentParser, text: str, flag: str) -> list[str]
 
 def _subprocess_ours(cfg: dict, total: int, fn: str = "run_ours", python: str | None = None) -> dict:
     """Ours at `cfg` in a fresh process of `python` (default: this interpreter)."""
+    network = f", network={cfg['network']!r}" if cfg.get("network", "mlp") != "mlp" else ""
     code = (
         f"import json, sys; from fusedrl.bench.ppo import {fn}; "
-        f"print(json.dumps({fn}({cfg['seeds']}, {cfg['num_envs']}, {cfg['num_steps']}, {total})))"
+        f"print(json.dumps({fn}({cfg['seeds']}, {cfg['num_envs']}, {cfg['num_steps']}, {total}{network})))"
     )
     out = subprocess.run(
         [python or sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True,
