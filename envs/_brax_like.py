@@ -121,7 +121,11 @@ def native_stepper_of(wrapped: Any, num_envs: int) -> tuple[Callable, Callable]:
     steps them all and returns `(state, reward [num_envs])`."""
 
     def init(key: jax.Array) -> Any:
-        return wrapped.reset(jax.random.split(key, num_envs))
+        keys = jax.random.split(key, num_envs)
+        if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key):
+            # Brax's EpisodeWrapper takes the batch shape as keys.shape[:-1]: raw uint32 keys [N, 2].
+            keys = jax.random.key_data(keys)
+        return wrapped.reset(keys)
 
     def step(state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
         state = wrapped.step(state, action)
