@@ -52,6 +52,13 @@ def _same_types(new, old):
     return jax.tree.map(lambda n, o: jnp.asarray(n, jnp.result_type(o)), new, old)
 
 
+def _suite_numerics():
+    """The suite's code is traced with implicit rank promotion allowed: MJX broadcasts [3, 3]
+    against [3] and fails under `jax_numpy_rank_promotion="raise"` (which a user, or our test
+    suite, may have set for their own code)."""
+    return jax.numpy_rank_promotion("allow")
+
+
 class BraxLikeEnv(Environment):
     """One raw env of a Brax-API suite on fusedrl's contract.
 
@@ -80,17 +87,20 @@ class BraxLikeEnv(Environment):
     @functools.cached_property
     def _reset_shape(self) -> Any:
         # Abstract evaluation: the suite's `observation_size` runs a real (eager, slow) reset.
-        return jax.eval_shape(self.suite_env.reset, jax.ShapeDtypeStruct((), jax.random.key(0).dtype))
+        with _suite_numerics():
+            return jax.eval_shape(self.suite_env.reset, jax.ShapeDtypeStruct((), jax.random.key(0).dtype))
 
     def reset_env(self, key: jax.Array, params: BraxLikeParams) -> tuple[Any, BraxLikeState]:
-        inner = self.suite_env.reset(key)
+        with _suite_numerics():
+            inner = self.suite_env.reset(key)
         inner = jax.tree.map(jnp.asarray, inner)
         inner = inner.replace(reward=jnp.asarray(inner.reward, jnp.float32),
                               done=jnp.asarray(inner.done, jnp.float32))
         return inner.obs, BraxLikeState(time=jnp.zeros((), jnp.int32), inner=inner)
 
     def step_env(self, key, state: BraxLikeState, action, params: BraxLikeParams):
-        inner = _same_types(self.suite_env.step(state.inner, action), state.inner)
+        with _suite_numerics():
+            inner = _same_types(self.suite_env.step(state.inner, action), state.inner)
         new = BraxLikeState(time=state.time + 1, inner=inner)
         terminated = inner.done > 0.5
         return inner.obs, new, inner.reward, terminated, {}
@@ -125,10 +135,12 @@ def native_stepper_of(wrapped: Any, num_envs: int) -> tuple[Callable, Callable]:
         if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key):
             # Brax's EpisodeWrapper takes the batch shape as keys.shape[:-1]: raw uint32 keys [N, 2].
             keys = jax.random.key_data(keys)
-        return wrapped.reset(keys)
+        with _suite_numerics():
+            return wrapped.reset(keys)
 
     def step(state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
-        state = wrapped.step(state, action)
+        with _suite_numerics():
+            state = wrapped.step(state, action)
         return state, state.reward
 
     return init, step
