@@ -67,7 +67,7 @@ class XMiniGridEnv(Environment):
     def __init__(self, name: str):
         super().__init__()
         if name.startswith(NEEDS_BENCHMARK_PREFIX):
-            raise ValueError(_needs_benchmark(name))
+            raise ValueError(f"xminigrid:{name}: {_needs_benchmark(name)}")
         self.env_name = name
         self._env, self._params = xminigrid.make(name)
 
@@ -122,7 +122,7 @@ def unavailable(name: str) -> str | None:
 
 
 def _needs_benchmark(name: str) -> str:
-    return (f"xminigrid:{name} needs a ruleset from an XLand-MiniGrid benchmark, a download "
+    return ("needs a ruleset from an XLand-MiniGrid benchmark, a download "
             f"(xminigrid.load_benchmark): the adapter offers the offline MiniGrid-* ids only "
             f"({', '.join(env_names()[:4])}, ...; fusedrl envs lists them).")
 

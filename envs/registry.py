@@ -149,10 +149,9 @@ def _make_suite_env(env_id: str, prefix: str, name: str) -> Any:
     module = suites.adapter(prefix)
     names = module.env_names()
     if name not in names:
-        # An adapter may say why one of the suite's own ids is not offered (a download, say).
-        why = getattr(module, "unavailable", lambda name: None)(name)
+        why = getattr(module, "unavailable", lambda name: None)(name)  # e.g. it needs a download
         if why:
-            raise ValueError(why)
+            raise ValueError(f"{env_id}: {why}")
         raise _unknown(env_id, [f"{prefix}:{n}" for n in names])
     env = suites.make_env(prefix, name)
     check_env_interface(env_id, env)

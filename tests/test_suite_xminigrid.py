@@ -121,7 +121,7 @@ def test_native_stepper_resets_on_the_last_step():
 def test_benchmark_ids_need_a_download_and_say_so():
     names = suites.adapter("xminigrid").env_names()
     assert "MiniGrid-Empty-5x5" in names and not any(n.startswith("XLand-") for n in names)
-    with pytest.raises(ValueError, match=r"XLand-MiniGrid-R1-9x9 needs a ruleset .* a download"):
+    with pytest.raises(ValueError, match=r"XLand-MiniGrid-R1-9x9: needs a ruleset .* a download"):
         fusedrl.make("xminigrid:XLand-MiniGrid-R1-9x9")
 
 

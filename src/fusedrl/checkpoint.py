@@ -120,8 +120,10 @@ def _write(path: Path, arrays, meta, metrics) -> None:
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; give it a normal directory's mode
     try:
         checkpointer = ocp.StandardCheckpointer()
-        # orbax wants to create the directory itself.
-        checkpointer.save(tmp / "arrays", arrays)
+        # orbax wants to create the directory itself. It refuses arrays of zero size (an MJX physics
+        # state holds some, e.g. the contacts of a model without any): meta.json's shape and dtype
+        # rebuild them on restore.
+        checkpointer.save(tmp / "arrays", {k: v for k, v in arrays.items() if v.size})
         checkpointer.wait_until_finished()
         checkpointer.close()
         if metrics is not None:
@@ -243,12 +245,15 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
 
     try:
         checkpointer = ocp.StandardCheckpointer()
-        arrays = checkpointer.restore(path / "arrays")
+        arrays = dict(checkpointer.restore(path / "arrays"))
         checkpointer.close()
     except Exception as e:  # orbax raises many types for damaged files
         raise CheckpointError(f"{path}: cannot read the checkpoint arrays ({type(e).__name__}: {e}).") from e
     out = []
     for (_, ref), name in zip(leaves, names, strict=True):
+        spec = saved_leaves[name]
+        if name not in arrays and 0 in spec["shape"] and name not in meta.get("prng_keys", {}):
+            arrays[name] = np.zeros(spec["shape"], spec["dtype"])  # not stored (see `_write`)
         if name not in arrays:
             raise CheckpointError(f"{path}: field {name} is missing from the arrays.")
         value = np.asarray(arrays[name])
