@@ -146,8 +146,12 @@ def registered_ids(include_gymnax: bool = True, include_suites: bool = False) ->
 def _make_suite_env(env_id: str, prefix: str, name: str) -> Any:
     """The env of a suite id ("brax:ant"): errors name the install command (suite missing) or the
     suite's ids, closest first (name unknown)."""
-    names = suites.adapter(prefix).env_names()
+    module = suites.adapter(prefix)
+    names = module.env_names()
     if name not in names:
+        why = getattr(module, "unavailable", lambda name: None)(name)  # e.g. it needs a download
+        if why:
+            raise ValueError(f"{env_id}: {why}")
         raise _unknown(env_id, [f"{prefix}:{n}" for n in names])
     env = suites.make_env(prefix, name)
     check_env_interface(env_id, env)

@@ -7,6 +7,7 @@ from the adapter's own step counter, spaces, `default_params`). The adapter modu
 
     env_names() -> list[str]      # the suite's env names that build offline, without the prefix
     make_env(name) -> Environment # one env; its params are `env.default_params`
+    unavailable(name) -> str|None # optional: why a known env is not offered (it needs a download)
 
 The adapters are ours, not a maintained adapter library's: `jax-envelope` needs Python >= 3.12
 (we support 3.11), and `stoa-env` puts envs on its own TimeStep contract, steps navix through its
