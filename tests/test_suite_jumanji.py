@@ -145,3 +145,25 @@ def test_native_stepper_steps_the_suite_with_its_auto_reset():
     carry = jax.jit(init)(jax.random.key(0))
     carry, reward = jax.jit(step)(carry, jnp.zeros(3, jnp.int32))
     assert reward.shape == (3,) and reward.dtype == jnp.float32
+
+
+def test_the_suites_own_time_limit_is_off_and_ours_decides():
+    # RubiksCube-partly-scrambled ends its episodes after 20 steps (discount 0); with ours at 30, the
+    # episode runs on past 20 and ends, truncated, at 30 (random turns do not solve the cube).
+    env, params = fusedrl.make("jumanji:RubiksCube-partly-scrambled-v0", max_steps_in_episode=30)
+    assert env.default_params.max_steps_in_episode == 20
+
+    @jax.jit
+    def run(key):
+        _, state = env.reset_env(key, params)
+
+        def step(state, key):
+            action = env.action_space(params).sample(key)
+            _, state, _, terminated, _ = env.step_env(None, state, action, params)
+            return state, (terminated, env.is_truncated(state, params))
+
+        return jax.lax.scan(step, state, jax.random.split(key, 30))[1]
+
+    terminated, truncated = map(np.asarray, run(jax.random.key(0)))
+    assert not terminated.any()
+    assert not truncated[:29].any() and truncated[29]
