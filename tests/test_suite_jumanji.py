@@ -3,6 +3,9 @@ suite's own, keys, the joint-action mapping, the errors, a PPO smoke run and the
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +19,6 @@ from jumanji.types import StepType  # noqa: E402
 import fusedrl  # noqa: E402
 from fusedrl.envs import _jumanji  # noqa: E402
 from fusedrl.envs._gymnax import spaces  # noqa: E402
-from fusedrl.envs.base import Environment  # noqa: E402
 from fusedrl.envs.checks import check_env  # noqa: E402
 
 UP, DOWN = 0, 2  # Snake's actions (0 up, 1 right, 2 down, 3 left)
@@ -102,36 +104,25 @@ def test_unknown_and_unavailable_ids():
     assert "Sokoban-v0" not in _jumanji.env_names() and "Snake-v1" in _jumanji.env_names()
 
 
-class _Grid(Environment):
-    """Snake's grid alone (Stoix's Snake setup: `observation_attribute: grid`, no mask), for a smoke
-    run while the learners take only Box observations."""
+@pytest.fixture
+def snake_grid():
+    """docs/examples/jumanji_snake_grid.py loaded (it registers "SnakeGrid-v1"); the registry is
+    restored afterwards, so that other tests in this process do not see the id."""
+    from fusedrl.envs import registry
 
-    def __init__(self):
-        super().__init__()
-        self.env = _jumanji.make_env("Snake-v1")
-
-    deterministic_step = True
-    default_params = property(lambda self: self.env.default_params)
-    action_space = property(lambda self: self.env.action_space)
-
-    def observation_space(self, params):
-        return self.env.observation_space(params).spaces["grid"]
-
-    def reset_env(self, key, params):
-        obs, state = self.env.reset_env(key, params)
-        return obs["grid"], state
-
-    def step_env(self, key, state, action, params):
-        obs, *rest = self.env.step_env(key, state, action, params)
-        return (obs["grid"], *rest)
-
-    def is_truncated(self, state, params):
-        return self.env.is_truncated(state, params)
+    saved = dict(registry._REGISTRY)
+    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "examples" / "jumanji_snake_grid.py"
+    spec = importlib.util.spec_from_file_location("docs.examples.jumanji_snake_grid", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
 
 
-def test_ppo_smoke_run_on_snake_grid():
-    fusedrl.register("test-jumanji-snake-grid", _Grid, overwrite=True)
-    config = fusedrl.PPOConfig(env_id="test-jumanji-snake-grid", num_envs=4, num_steps=16,
+def test_ppo_smoke_run_on_snake_grid(snake_grid):
+    # The learners take Box observations only: Snake's grid alone (Stoix's setup), the docs' example.
+    config = fusedrl.PPOConfig(env_id="SnakeGrid-v1", num_envs=4, num_steps=16,
                                total_timesteps=4 * 16 * 3, update_epochs=1, num_minibatches=2,
                                hidden_sizes=(16,))
     result = jax.jit(fusedrl.make_train(config))(jax.random.key(0))
