@@ -9,7 +9,8 @@ The adapter wraps the suite's raw env (`jumanji.make(name)`, without its auto-re
   action (a mask of shape `nvec`: Minesweeper's board cells, Tetris' (rotation, column), ...) is the
   `Discrete(prod(nvec))` of the flattened joint action, with the mask flattened to match; the one
   action is unravelled into the suite's components. Envs whose masks are per component (one mask
-  row per agent or sub-action) need a factorised `MultiDiscrete(nvec)` space (`_FACTORISED`).
+  row per agent or sub-action) need a factorised `MultiDiscrete(nvec)` space (`_FACTORISED`), their
+  masks concatenated into one [sum(nvec)] bool vector.
 - Episode ends: Jumanji merges them (a time limit ends the episode with `StepType.LAST`, and Snake,
   Maze, PacMan, Tetris, ... report it with discount 0, as a termination). Here the suite's own time
   limit is switched off (the env is built with `time_limit` at the int32 maximum) and the adapter
@@ -45,11 +46,14 @@ from fusedrl.envs.base import Environment
 #: Envs that load their levels from the Hugging Face Hub on construction (no offline build).
 _DOWNLOAD = {"Sokoban-v0": "it downloads DeepMind's Boxoban levels from the Hugging Face Hub when built"}
 
-#: Envs whose action is a MultiDiscreteArray masked per component (agent or sub-action): they need a
-#: factorised categorical, `fusedrl.envs.MultiDiscrete(nvec)`. Empty this tuple to enable them once
-#: that space is on main (`action_space` already maps them to it).
+#: Envs whose action is a MultiDiscreteArray masked per component (agent or sub-action): a factorised
+#: categorical, `fusedrl.envs.MultiDiscrete(nvec)`, with the mask of component i in 0..nvec[i]-1 and
+#: the components' masks concatenated ([sum(nvec)] bool, the learners' convention).
 _FACTORISED = ("Cleaner-v0", "Connector-v3", "JobShop-v0", "LevelBasedForaging-v0", "MMST-v0",
                "MultiCVRP-v0", "RobotWarehouse-v0")
+
+#: Whether `_FACTORISED` envs are offered: set True once `fusedrl.envs.MultiDiscrete` is on main.
+_MULTIDISCRETE_READY = False
 
 #: Envs left out for another reason than their action space.
 _UNSUPPORTED = {
@@ -87,7 +91,8 @@ def _suite_ids() -> list[str]:
 
 def env_names() -> list[str]:
     """Jumanji's ids that build offline and whose spaces map onto ours."""
-    return [n for n in _suite_ids() if n not in _DOWNLOAD and n not in _FACTORISED and n not in _UNSUPPORTED]
+    waiting = () if _MULTIDISCRETE_READY else _FACTORISED
+    return [n for n in _suite_ids() if n not in _DOWNLOAD and n not in waiting and n not in _UNSUPPORTED]
 
 
 def unavailable(name: str) -> str | None:
@@ -95,7 +100,7 @@ def unavailable(name: str) -> str | None:
     if name in _DOWNLOAD:
         return (f"not available offline: {_DOWNLOAD[name]} (a download, which fusedrl does not make). "
                 f"The Jumanji envs that build offline: {', '.join(env_names())}.")
-    if name in _FACTORISED:
+    if name in _FACTORISED and not _MULTIDISCRETE_READY:
         return ("its MultiDiscrete action is masked per component, which needs a factorised action "
                 "space (fusedrl.envs.MultiDiscrete) that this version does not have.")
     if name in _UNSUPPORTED:
@@ -198,6 +203,13 @@ class JumanjiEnv(Environment):
             if tuple(mask.shape) != self._nvec:
                 raise TypeError(f"jumanji:{name}: action mask of shape {mask.shape} is not over the joint "
                                 f"action {self._nvec}")
+        if self._kind == "factorised" and "action_mask" in self._obs_specs:
+            mask = self._obs_specs["action_mask"]
+            if len(mask.shape) != 2 or mask.shape[0] != len(self._nvec):
+                raise TypeError(f"jumanji:{name}: action mask of shape {mask.shape} is not one row per "
+                                f"component of {self._nvec}")
+            # The mask's width is the number of choices (MultiCVRP's action spec allows one more).
+            self._nvec = (int(mask.shape[1]),) * len(self._nvec)
 
     @property
     def name(self) -> str:
@@ -209,9 +221,8 @@ class JumanjiEnv(Environment):
 
     def _obs(self, suite_obs) -> dict[str, jax.Array]:
         obs = _flatten(self.suite.observation_spec, suite_obs)
-        if "action_mask" in obs:
-            mask = jnp.asarray(obs["action_mask"], bool)
-            obs["action_mask"] = mask.reshape(-1) if self._kind == "joint" else mask
+        if "action_mask" in obs:  # one flat vector: [n], [prod(nvec)] (joint) or [sum(nvec)] (factorised)
+            obs["action_mask"] = jnp.asarray(obs["action_mask"], bool).reshape(-1)
         return obs
 
     def _suite_action(self, action: jax.Array) -> jax.Array:
@@ -245,9 +256,7 @@ class JumanjiEnv(Environment):
                 box = boxes[field]
                 boxes[field] = spaces.Box(low, high, box.shape, box.dtype)
         if "action_mask" in boxes:
-            n = math.prod(boxes["action_mask"].shape)
-            shape = (n,) if self._kind == "joint" else boxes["action_mask"].shape
-            boxes["action_mask"] = spaces.Box(0, 1, shape, jnp.bool_)
+            boxes["action_mask"] = spaces.Box(0, 1, (math.prod(boxes["action_mask"].shape),), jnp.bool_)
         return spaces.Dict(boxes)
 
     def action_space(self, params):
