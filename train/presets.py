@@ -116,6 +116,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh", normalize_obs=True,
         normalize_reward=True,
     ),
+    # Jumanji's Snake (12x12 grid, dict observation with an action mask): Stoix's ff_ppo settings (4
+    # epochs, clip 0.1, ent 0.01, lr 2.5e-4 annealed, its 2x256 MLP torso) with Jumanji's own Snake
+    # discount 0.997 (its A2C config), 64 envs x 128 steps and 2e6 steps for a CPU (Jumanji trained
+    # 1.28e8). Needs the networks' dict-observation and action-mask support.
+    "jumanji:Snake-v1": dict(
+        num_envs=64, num_steps=128, total_timesteps=2_000_000, update_epochs=4, num_minibatches=8,
+        lr=2.5e-4, gamma=0.997, gae_lambda=0.95, clip_eps=0.1, ent_coef=0.01, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(256, 256), activation="relu",
+    ),
 }
 
 
