@@ -14,9 +14,9 @@ adapter wraps the one WITHOUT it (`make_craftax_env_from_name(name, auto_reset=F
   in Craftax); either one shortens the episode.
 - observations are Craftax's, unchanged: symbolic ones a float32 vector in [0, 1], pixel ones a
   float32 image [H, W, 3] in [0, 1] (Craftax divides its uint8 rendering by 255).
-- `info` is Craftax's end-of-episode score as Craftax computes it (its `compute_score`: each
-  achievement's `Achievements/<name>` as 0 or 100, and the geometric-mean `score`), on the steps
-  where an episode ends by either flag, zero elsewhere.
+- `info` is Craftax's end-of-episode info as Craftax computes it, on the steps where an episode ends
+  by either flag, zero elsewhere: each achievement's `Achievements/<name>` as 0 or 100, and in
+  Classic the geometric-mean `score` (its `compute_score`).
 
 The params are Craftax's own `EnvParams` (`day_length`, `always_diamond`, ...) with one field more,
 `max_steps_in_episode`; any of them can be overridden (`fusedrl.make(id, day_length=200)`).
@@ -28,6 +28,8 @@ import contextlib
 import dataclasses
 import functools
 import io
+import os
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -80,17 +82,30 @@ def _quiet():
 
 
 def _suite(name: str, auto_reset: bool) -> Any:
+    """Craftax's env `name`. Pixel envs load Craftax's texture cache (a file in Craftax's package,
+    written on first use); a cache left half-written, by a process stopped while Craftax saved it,
+    fails to load, and is then rebuilt (Craftax's `CRAFTAX_RELOAD_TEXTURES`; about a minute)."""
     with _quiet():
-        return make_craftax_env_from_name(name, auto_reset=auto_reset)
+        try:
+            return make_craftax_env_from_name(name, auto_reset=auto_reset)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            if os.environ.get("CRAFTAX_RELOAD_TEXTURES"):
+                raise
+        os.environ["CRAFTAX_RELOAD_TEXTURES"] = "1"
+        try:
+            return make_craftax_env_from_name(name, auto_reset=auto_reset)
+        finally:
+            del os.environ["CRAFTAX_RELOAD_TEXTURES"]
 
 
-def _compute_score(suite_env: Any) -> Callable:
-    """Craftax's `compute_score(state, done)` of the env's family (Classic or Craftax)."""
+def _score_info(suite_env: Any) -> Callable:
+    """Craftax's end-of-episode info `f(state, done) -> dict` of the env's family: Classic's
+    `compute_score` (achievements and the score), Craftax's `log_achievements_to_info`."""
     if type(suite_env).__module__.startswith("craftax.craftax_classic."):
         from craftax.craftax_classic.envs.common import compute_score
-    else:
-        from craftax.craftax.envs.common import compute_score
-    return compute_score
+        return compute_score
+    from craftax.craftax.envs.common import log_achievements_to_info
+    return log_achievements_to_info
 
 
 class CraftaxEnv(Environment):
@@ -112,7 +127,7 @@ class CraftaxEnv(Environment):
         self._name = name
         self.suite_env = _suite(name, auto_reset=False)
         self._params_class = _params_class(type(self.suite_env.default_params))
-        self._score = _compute_score(self.suite_env)
+        self._score = _score_info(self.suite_env)
 
     @property
     def name(self) -> str:
