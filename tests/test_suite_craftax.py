@@ -104,3 +104,11 @@ def test_ppo_smoke_on_craftax_classic():
     metrics = jax.jit(fusedrl.make_train(config))(jax.random.key(0)).metrics
     for name in ("policy_loss", "value_loss", "entropy"):
         assert np.isfinite(np.asarray(metrics[name])).all(), name
+
+
+def test_native_stepper_steps_craftax_with_its_own_auto_reset():
+    init, step = adapter.native_stepper("Craftax-Classic-Symbolic-v1", 2)
+    carry = jax.jit(init)(jax.random.key(0))
+    carry, reward = jax.jit(step)(carry, jnp.array([LEFT, 0], jnp.int32))
+    assert reward.shape == (2,) and reward.dtype == jnp.float32 and np.isfinite(np.asarray(reward)).all()
+    assert carry[1].timestep.tolist() == [1, 1]  # Craftax's own state, one step on
