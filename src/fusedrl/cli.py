@@ -456,6 +456,8 @@ def format_space(space) -> str:
     info = space_info(space)
     if info["type"] == "Discrete":
         return f"Discrete({info['n']})"
+    if info["type"] == "MultiDiscrete":
+        return f"MultiDiscrete({info['nvec']})"
     if info["type"] == "Box":
         shape = ",".join(str(s) for s in info["shape"])
         comma = "," if len(info["shape"]) == 1 else ""
