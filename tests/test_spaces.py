@@ -278,6 +278,23 @@ def test_structure_and_normalise_per_entry():
     assert normed["action_mask"] is out["action_mask"]
 
 
+def test_network_scales_uint8_on_device_and_never_encodes_the_mask():
+    """uint8 pixels enter the network as x / 255; the action mask adds no input features."""
+    from fusedrl.networks import ActorCritic
+
+    net = ActorCritic(action_dim=4, discrete=True, hidden_sizes=(8,), torso="cnn")
+    pix = np.random.default_rng(0).integers(0, 256, (2, 5, 5, 2)).astype(np.uint8)
+    mask = jnp.array([[True, False, True, True]] * 2)
+    as_bytes = {"pix": jnp.asarray(pix), "action_mask": mask}
+    params = net.init(jax.random.key(0), as_bytes)
+    assert params["params"]["actor_0"]["kernel"].shape[0] == 3 * 3 * 16  # conv features only
+    pi, value = net.apply(params, as_bytes)
+    pi_f, value_f = net.apply(params, {"pix": jnp.asarray(pix, jnp.float32) / 255.0, "action_mask": mask})
+    np.testing.assert_allclose(value, value_f, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pi.logits, pi_f.logits, rtol=1e-5, atol=1e-6)
+    assert np.all(np.asarray(pi.logits)[:, 1] == MASKED_LOGIT)
+
+
 # ------------------------------------------------------------------------------------ learning
 @pytest.fixture(scope="module")
 def trap_run():
