@@ -373,6 +373,40 @@ def test_cnn_learns_from_uint8_pixels():
     assert greedy.mean() == 1.0, greedy
 
 
+def test_recurrent_policy_on_dict_observations_respects_the_mask():
+    config = fusedrl.PPOConfig(env_id="test:MaskTrap-v0", recurrent="gru", recurrent_size=16,
+                               **{**TRAP, "total_timesteps": 8 * 32 * 3})
+    result = jax.jit(fusedrl.make_train(config))(jax.random.key(0))
+    assert np.asarray(result.metrics["episode_return"]).max() <= EPISODE
+
+
+NETS = """
+import flax.linen as nn
+from fusedrl.distributions import Categorical
+
+
+class Ignores(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.Dense(8)(obs["cue"])
+        return Categorical(nn.Dense(4)(x)), nn.Dense(1)(x)[..., 0]
+
+
+def ignores_mask(action_dim, discrete, obs_shape, config):
+    return Ignores()
+"""
+
+
+def test_your_own_network_gets_the_dict_and_its_policy_is_masked(tmp_path, monkeypatch):
+    (tmp_path / "spaces_nets.py").write_text(NETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    train = fusedrl.make_train(fusedrl.PPOConfig(env_id="test:MaskTrap-v0", network="spaces_nets:ignores_mask"))
+    state = train.init(jax.random.key(0))
+    _, pi, _ = train.policy_step(state.params, None, state.obs)
+    masked = ~np.asarray(state.obs["action_mask"])
+    assert masked.any() and np.all(np.asarray(pi.logits)[masked] == MASKED_LOGIT)
+
+
 # ---------------------------------------------------------------------------------- validation
 def test_cnn_without_an_image_is_refused_before_compiling():
     with pytest.raises(ValueError, match=r"network='cnn' needs an image-like observation.*cue \(3,\)"):

@@ -319,7 +319,20 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     shapes = jax.tree.map(lambda x: tuple(x.shape), obs_example)
     with _noting(f"while make_train traced network {path!r} on observations {shapes}"):
         _check_network_outputs(path, net, action_dim, discrete, obs_example, nvec)
+    if isinstance(obs_example, Mapping) and ACTION_MASK in obs_example:
+        return MaskedNetwork(net)  # masked actions are never taken, whatever the user's module does
     return net
+
+
+class MaskedNetwork(nn.Module):
+    """A user's network on observations with an `action_mask` entry: its policy, masked
+    (`fusedrl.distributions.mask_policy`). Its parameters are under "net"."""
+
+    net: nn.Module
+
+    def __call__(self, obs):
+        pi, value = self.net(obs)
+        return mask_policy(pi, obs[ACTION_MASK]), value
 
 
 @contextlib.contextmanager
