@@ -400,7 +400,8 @@ def ignores_mask(action_dim, discrete, obs_shape, config):
 def test_your_own_network_gets_the_dict_and_its_policy_is_masked(tmp_path, monkeypatch):
     (tmp_path / "spaces_nets.py").write_text(NETS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    train = fusedrl.make_train(fusedrl.PPOConfig(env_id="test:MaskTrap-v0", network="spaces_nets:ignores_mask"))
+    config = fusedrl.PPOConfig(env_id="test:MaskTrap-v0", network="spaces_nets:ignores_mask")
+    train = fusedrl.make_train(config)
     state = train.init(jax.random.key(0))
     _, pi, _ = train.policy_step(state.params, None, state.obs)
     masked = ~np.asarray(state.obs["action_mask"])
