@@ -437,7 +437,11 @@ def test_unsupported_action_spaces_are_named(env_id, name):
 
 
 def test_cli_set_network_cnn_is_a_valid_config():
-    config = fusedrl.PPOConfig(env_id="test:Pixels-v0", network="cnn")
-    assert config.network == "cnn"
+    for make_config in (fusedrl.PPOConfig, fusedrl.A2CConfig, fusedrl.ReinforceConfig):
+        train = fusedrl.make_train(make_config(env_id="test:Pixels-v0", network="cnn"))
+        assert train.cnn and train.network.torso == "cnn"
+    from fusedrl._argtypes import parse_overrides
+
+    assert parse_overrides(["network=cnn"]) == {"network": "cnn"}  # fusedrl train --set network=cnn
     with pytest.raises(ValueError, match='"cnn"'):
         fusedrl.PPOConfig(network="resnet")
