@@ -369,13 +369,16 @@ class NormalizeObservation(VecEnvWrapper):
 
     def reset(self, key: jax.Array, params=None):
         obs, inner = self.venv.reset(key, params)
-        fresh = observation_stats(obs)
-        stats = self.stats if self.stats is not None else fresh
-        if jax.tree.map(jnp.shape, stats) != jax.tree.map(jnp.shape, fresh):
-            raise ValueError(
-                f"NormalizeObservation: stats have shapes {jax.tree.map(jnp.shape, stats)}, observations "
-                f"{jax.tree.map(jnp.shape, fresh)}."
-            )
+        stats = self.stats if self.stats is not None else observation_stats(obs)
+        if isinstance(obs, dict):
+            want = {k: obs[k].shape[1:] for k in normalized_entries(obs)}
+            got = {k: s.mean.shape for k, s in stats.items()} if isinstance(stats, dict) else stats.mean.shape
+            if got != want:
+                raise ValueError(f"NormalizeObservation: stats have shapes {got}, the observations' "
+                                 f"normalised entries {want}.")
+        elif not isinstance(stats, RunningMeanStd) or stats.mean.shape != obs.shape[1:]:
+            got = stats.mean.shape if isinstance(stats, RunningMeanStd) else type(stats).__name__
+            raise ValueError(f"NormalizeObservation: stats have shape {got}, observations {obs.shape[1:]}.")
         if self.update:
             stats = update_observation_stats(stats, obs, self.axis_name)
         state = NormalizeObservationState(inner=inner, obs_stats=stats)
