@@ -297,10 +297,30 @@ def test_network_scales_uint8_on_device_and_never_encodes_the_mask():
 
 # ------------------------------------------------------------------------------------ learning
 @pytest.fixture(scope="module")
-def trap_run():
+def trap_program():
     config = fusedrl.PPOConfig(env_id="test:MaskTrap-v0", **TRAP)
-    result = jax.jit(fusedrl.make_train(config))(jax.random.key(0))
-    return config, result
+    return config, jax.jit(fusedrl.make_train(config))
+
+
+@pytest.fixture(scope="module")
+def trap_run(trap_program):
+    config, train = trap_program
+    return config, train(jax.random.key(0))
+
+
+def test_dict_observations_keep_one_program_no_transfers_and_bit_identical_runs(trap_program, trap_run):
+    config, train = trap_program
+    key = jax.device_put(jax.random.key(0))
+    with jax.transfer_guard("disallow"):
+        again = train(key)
+    assert train._cache_size() == 1  # the same program: no retrace
+    for a, b in zip(jax.tree.leaves(trap_run[1].params), jax.tree.leaves(again.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    train_ = fusedrl.make_train(config)
+    stats = (train_.obs_stats(trap_run[1].state), train_.obs_stats(again.state))
+    for a, b in zip(*map(jax.tree.leaves, stats), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(trap_run[1].metrics["policy_loss"], again.metrics["policy_loss"])
 
 
 def test_masked_actions_are_never_taken(trap_run):
