@@ -260,6 +260,14 @@ def test_multidiscrete_space():
     from fusedrl.cli import format_space
 
     assert format_space(space) == "MultiDiscrete([3, 2])"
+    assert format_space(MaskTrap().observation_space(None)) == (
+        "Dict(cue: Box((3,), 0..1), noise: Box((2,), -1..1), action_mask: Box((4,), 0..1))")
+    from fusedrl.envs.checks import random_action
+
+    mask = jnp.array([True, True, False, False, True])  # component 0: only 0 or 1; component 1: only 1
+    draws = np.asarray(jax.vmap(lambda k: random_action(k, space, {"action_mask": mask}))(
+        jax.random.split(jax.random.key(1), 64)))
+    assert set(draws[:, 0]) == {0, 1} and set(draws[:, 1]) == {1}
 
 
 def test_structure_and_normalise_per_entry():
