@@ -24,7 +24,9 @@ class Policy:
     `act(obs, key=None)` takes one observation (the env's observation shape) or a batch of them
     (a leading axis) and returns the action(s): the distribution's mode when `key` is None
     (greedy), else a sample. Continuous actions are clipped to the action space, as the
-    training env did. A policy trained through the host bridge ("gymnasium:" env ids) takes the
+    training env did. Dict (or NamedTuple) observations, and those of a `network="cnn"` policy, are
+    taken as the env returns them (a batch: a leading axis on every entry); an `action_mask` entry
+    rules actions out, as in training. A policy trained through the host bridge ("gymnasium:" env ids) takes the
     Gymnasium env's own observations and returns actions its `step` takes (NumPy).
 
     A recurrent policy (`recurrent="gru"` or `"lstm"`) carries its state from one `act` call to
