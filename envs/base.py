@@ -27,6 +27,35 @@ Discrete = spaces.Discrete
 Box = spaces.Box
 
 
+class MultiDiscrete(spaces.Space):
+    """A vector of independent discrete choices: action [len(nvec)] int32, component i in 0..nvec[i]-1.
+
+    gymnax has no such space; this one follows gymnax's (`sample`, `contains`, `shape`, `dtype`)
+    and Gymnasium's `MultiDiscrete(nvec)`. The learners' policy for it is a factorised categorical
+    (`fusedrl.distributions.MultiCategorical`): one categorical per component.
+    """
+
+    def __init__(self, nvec, *, dtype=jnp.int32):
+        values = np.asarray(nvec)
+        if values.ndim != 1 or values.size == 0 or not np.issubdtype(values.dtype, np.integer) or (
+                values < 1).any():
+            raise ValueError(f"MultiDiscrete(nvec): nvec must be a non-empty 1-D sequence of ints >= 1 (the "
+                             f"number of choices of each component), got {nvec!r}.")
+        self.nvec = tuple(int(n) for n in values)
+        self.shape = (len(self.nvec),)
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"MultiDiscrete({list(self.nvec)})"
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return jax.random.randint(key, self.shape, 0, jnp.asarray(self.nvec, jnp.int32)).astype(self.dtype)
+
+    def contains(self, x: jax.Array) -> jax.Array:
+        x = jnp.asarray(x)
+        return (x.shape == self.shape) & jnp.all((x >= 0) & (x < jnp.asarray(self.nvec)))
+
+
 class Environment(environment.Environment):
     """Base class of fusedrl's pure-JAX environments.
 
@@ -77,11 +106,12 @@ def check_action(space, action, env_name: str, batch_shape: tuple[int, ...] = ()
     """Checks an action's shape and dtype against `space` at trace time; returns it as an array.
 
     A `Discrete(n)` action given as a host value (a Python int or NumPy array) must lie in
-    0..n-1; a traced or device array cannot be checked without a host round trip, so it is clipped
+    0..n-1 (a `MultiDiscrete` one, each component in 0..nvec[i]-1); a traced or device array
+    cannot be checked without a host round trip, so it is clipped
     to that range (as JAX clamps an out-of-range index), never used as an out-of-range force.
 
     Args:
-      space: the env's action space (gymnax `Discrete` or `Box`).
+      space: the env's action space (gymnax `Discrete` or `Box`, or `MultiDiscrete`).
       action: the action, with leading `batch_shape` axes.
       env_name: named in the error message.
       batch_shape: leading axes expected before the space's own shape (e.g. `(num_envs,)`).
@@ -90,7 +120,7 @@ def check_action(space, action, env_name: str, batch_shape: tuple[int, ...] = ()
     host_value = np.asarray(action) if host else None
     action = jnp.asarray(action)
     expected = tuple(batch_shape) + tuple(space.shape)
-    if isinstance(space, spaces.Discrete):
+    if isinstance(space, spaces.Discrete | MultiDiscrete):
         if not jnp.issubdtype(action.dtype, jnp.integer):
             raise TypeError(
                 f"{env_name}: a {space!r} action must be an integer array, got dtype {action.dtype}; "
@@ -115,6 +145,15 @@ def check_action(space, action, env_name: str, batch_shape: tuple[int, ...] = ()
                 f"integers 0..{n - 1}."
             )
         action = jnp.clip(action, 0, n - 1)
+    elif isinstance(space, MultiDiscrete):
+        high = np.asarray(space.nvec) - 1
+        if host_value is not None and np.any((host_value < 0) | (host_value > high)):
+            raise ValueError(
+                f"{env_name}: action {host_value.tolist()} is outside {space!r}: component i is an "
+                f"integer 0..nvec[i]-1."
+            )
+        bound = jnp.asarray(high, action.dtype).reshape((1,) * (action.ndim - 1) + (-1,))  # no rank promotion
+        action = jnp.clip(action, 0, bound)
     # A Python int/float is weakly typed; casting to the space's dtype keeps one compiled program.
     dtype = getattr(space, "dtype", None)
     return action if dtype is None else action.astype(dtype)
@@ -164,6 +203,8 @@ def space_info(space) -> dict[str, Any]:
     """A plain description of a gymnax space, for listings and error messages."""
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n)}
+    if isinstance(space, MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": list(space.nvec)}
     if isinstance(space, spaces.Box):
         return {
             "type": "Box",

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl.envs._gymnax import spaces
+from fusedrl.envs.base import MultiDiscrete
 from fusedrl.envs.vector import VecEnv
 
 
@@ -31,6 +32,12 @@ def random_action(key: jax.Array, space, obs: Any = None) -> jax.Array:
     if mask is not None and isinstance(space, spaces.Discrete):
         logits = jnp.where(jnp.asarray(mask, bool).reshape(-1), 0.0, -jnp.inf)
         return jax.random.categorical(key, logits).astype(space.dtype)
+    if mask is not None and isinstance(space, MultiDiscrete):  # one flat mask over the components' choices
+        flat, start, parts = jnp.asarray(mask, bool).reshape(-1), 0, []
+        for k, n in zip(jax.random.split(key, len(space.nvec)), space.nvec, strict=True):
+            parts.append(jax.random.categorical(k, jnp.where(flat[start:start + n], 0.0, -jnp.inf)))
+            start += n
+        return jnp.stack(parts).astype(space.dtype)
     return space.sample(key)
 
 

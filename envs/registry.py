@@ -85,8 +85,8 @@ def check_env_interface(env_id: str, env: Any) -> None:
     for names, use in (
         (("observation_space", "action_space", "default_params"),
          "The learners read observation_space(params) and action_space(params) (gymnax spaces: Box, "
-         "Discrete) to size the network and default_params (a flax.struct.dataclass, e.g. a subclass of "
-         "fusedrl.envs.EnvParams) for the env's params."),
+         "Discrete, Dict of Boxes; fusedrl.envs.MultiDiscrete) to size the network and default_params "
+         "(a flax.struct.dataclass, e.g. a subclass of fusedrl.envs.EnvParams) for the env's params."),
         (("reset_env", "step_env"),
          "The learners call reset_env(key, params) -> (obs, state) and step_env(key, state, action, "
          "params) -> (obs, state, reward, terminated, info) on each env, and take truncation from "

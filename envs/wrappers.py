@@ -34,7 +34,12 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from fusedrl.envs._gymnax import spaces
 from fusedrl.envs.base import Box, check_action, check_params
+
+#: The observation entry that holds an env's allowed actions (bool, one entry per action): kept as
+#: it is by `StructuredObservation`, never normalised; the built-in networks mask the policy with it.
+ACTION_MASK = "action_mask"
 
 #: The normalisers' defaults (`NormalizeObservation`, `NormalizeReward`, `scale_reward`): added to the
 #: variance, and the bound on a normalised value's magnitude. The host bridge and saved policies
@@ -272,7 +277,39 @@ def _check_positive(name: str, value, allow_none: bool = False):
 
 @struct.dataclass
 class NormalizeObservationState(WrapperState):
-    obs_stats: RunningMeanStd  # mean/var [*obs_shape], count []
+    obs_stats: Any  # RunningMeanStd: mean/var [*obs_shape], count []; dict observations: {name: one}
+
+
+def normalized_entries(obs: dict) -> list[str]:
+    """The entries of a dict observation that `NormalizeObservation` normalises: floating-point ones,
+    except the action mask. uint8 entries (pixels) are left alone (the networks scale them by 1/255:
+    a known range, where per-pixel running statistics would keep moving the CNN's inputs), and
+    so are bool and other integer entries."""
+    return [k for k, v in obs.items() if k != ACTION_MASK and jnp.issubdtype(v.dtype, jnp.floating)]
+
+
+def observation_stats(obs):
+    """Fresh statistics for a batch of observations [N, ...]: a `RunningMeanStd`, or for a dict of
+    arrays {name: [N, ...]} a dict of them, one per `normalized_entries` entry."""
+    if isinstance(obs, dict):
+        return {k: RunningMeanStd.create(obs[k].shape[1:]) for k in normalized_entries(obs)}
+    return RunningMeanStd.create(obs.shape[1:])
+
+
+def update_observation_stats(stats, obs, axis_name: str | None = None):
+    """`stats` (of `observation_stats`) with the batch `obs` merged in."""
+    if isinstance(obs, dict):
+        return {k: s.update(obs[k], axis_name) for k, s in stats.items()}
+    return stats.update(obs, axis_name)
+
+
+def normalize_observation(stats, obs, *, epsilon=NORM_EPSILON, clip=NORM_CLIP):
+    """`obs` normalised with `stats` (of `observation_stats`): each entry that has statistics; the
+    others (masks, pixels) as they are."""
+    if isinstance(obs, dict):
+        return {k: stats[k].normalize(v, epsilon=epsilon, clip=clip) if k in stats else v
+                for k, v in obs.items()}
+    return stats.normalize(obs, epsilon=epsilon, clip=clip)
 
 
 class NormalizeObservation(VecEnvWrapper):
@@ -303,20 +340,23 @@ class NormalizeObservation(VecEnvWrapper):
         self.axis_name = axis_name
         _check_positive("epsilon", epsilon)
         _check_positive("clip", clip, allow_none=True)
-        if stats is not None and not isinstance(stats, RunningMeanStd):
-            raise TypeError(f"stats must be a RunningMeanStd, got {type(stats).__name__}.")
+        if stats is not None and not isinstance(stats, RunningMeanStd | dict):
+            raise TypeError(f"stats must be a RunningMeanStd (a dict of them for dict observations), got "
+                            f"{type(stats).__name__}.")
         self.update = bool(update)
         self.epsilon = epsilon
         self.clip = clip
         self.stats = stats
 
-    def observation_space(self, params=None) -> Box:
-        shape = tuple(super().observation_space(params).shape)
+    def observation_space(self, params=None):
+        space = super().observation_space(params)
+        if not hasattr(space, "shape"):  # dict observations: normalised per entry, bounds not tracked
+            return space
         bound = jnp.inf if self.clip is None else self.clip
-        return Box(-bound, bound, shape, jnp.float32)
+        return Box(-bound, bound, tuple(space.shape), jnp.float32)
 
-    def _normalize(self, stats: RunningMeanStd, x):
-        return stats.normalize(x, epsilon=self.epsilon, clip=self.clip)
+    def _normalize(self, stats, x):
+        return normalize_observation(stats, x, epsilon=self.epsilon, clip=self.clip)
 
     def with_stats(self, state: NormalizeObservationState, stats: RunningMeanStd):
         """Returns this wrapper's `state` with its statistics replaced by `stats`.
@@ -329,19 +369,26 @@ class NormalizeObservation(VecEnvWrapper):
 
     def reset(self, key: jax.Array, params=None):
         obs, inner = self.venv.reset(key, params)
-        stats = self.stats if self.stats is not None else RunningMeanStd.create(obs.shape[1:])
-        if stats.mean.shape != obs.shape[1:]:
-            raise ValueError(
-                f"NormalizeObservation: stats have shape {stats.mean.shape}, observations {obs.shape[1:]}."
-            )
+        stats = self.stats if self.stats is not None else observation_stats(obs)
+        if isinstance(obs, dict):
+            want = {k: obs[k].shape[1:] for k in normalized_entries(obs)}
+            got = {k: s.mean.shape for k, s in stats.items()} if isinstance(stats, dict) else stats.mean.shape
+            if got != want:
+                raise ValueError(f"NormalizeObservation: stats have shapes {got}, the observations' "
+                                 f"normalised entries {want}.")
+        elif not isinstance(stats, RunningMeanStd) or stats.mean.shape != obs.shape[1:]:
+            got = stats.mean.shape if isinstance(stats, RunningMeanStd) else type(stats).__name__
+            raise ValueError(f"NormalizeObservation: stats have shape {got}, observations {obs.shape[1:]}.")
         if self.update:
-            stats = stats.update(obs, self.axis_name)
+            stats = update_observation_stats(stats, obs, self.axis_name)
         state = NormalizeObservationState(inner=inner, obs_stats=stats)
         return self._normalize(stats, obs), state
 
     def step(self, state: NormalizeObservationState, action: jax.Array, params=None, draws=None):
         obs, inner, reward, terminated, truncated, info = self.venv.step(state.inner, action, params, draws)
-        stats = state.obs_stats.update(obs, self.axis_name) if self.update else state.obs_stats
+        stats = state.obs_stats
+        if self.update:
+            stats = update_observation_stats(stats, obs, self.axis_name)
         obs, info = _map_obs(lambda x: self._normalize(stats, x), obs, info)
         state = state.replace(inner=inner, obs_stats=stats)
         return obs, state, reward, terminated, truncated, info
@@ -445,6 +492,11 @@ def scale_reward(stats: RunningMeanStd, discounted_return: jax.Array, reward: ja
 
 
 def _check_same_shape(old: RunningMeanStd, new: RunningMeanStd):
+    if isinstance(old, dict):
+        if not isinstance(new, dict) or jax.tree.map(jnp.shape, new) != jax.tree.map(jnp.shape, old):
+            shapes = jax.tree.map(jnp.shape, old)
+            raise ValueError(f"stats must be a dict of RunningMeanStd shaped as {shapes}.")
+        return
     if not isinstance(new, RunningMeanStd):
         raise TypeError(f"stats must be a RunningMeanStd, got {type(new).__name__}.")
     if new.mean.shape != old.mean.shape:
@@ -483,6 +535,73 @@ class FlattenObservation(VecEnvWrapper):
     def step(self, state: WrapperState, action: jax.Array, params=None, draws=None):
         obs, state, reward, terminated, truncated, info = super().step(state, action, params, draws)
         obs, info = _map_obs(self._flatten, obs, info)
+        return obs, state, reward, terminated, truncated, info
+
+
+def _key_name(k) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def observation_entries(obs) -> list[tuple[str, Any]]:
+    """(name, leaf) of each leaf of an observation pytree: a dict's (or NamedTuple's) entries by
+    their names, nested ones joined with '.', tuple items by index; a bare array is "obs"."""
+    pairs = jax.tree_util.tree_flatten_with_path(obs)[0]
+    if len(pairs) == 1 and not pairs[0][0]:  # a bare array
+        return [("obs", obs)]
+    return [(".".join(_key_name(k) for k in path), leaf) for path, leaf in pairs]
+
+
+def structure_observation(obs, batch: int, keep_images: bool) -> dict[str, jax.Array]:
+    """A batch of observations (any pytree of [batch, ...] arrays) -> {name: [batch, ...]}.
+
+    The action mask (`ACTION_MASK`) becomes bool [batch, n]. With `keep_images`, image-like leaves
+    ([batch, H, W, C]) keep their shape; every other leaf is flattened to [batch, size]. uint8 and
+    bool leaves keep their dtype (pixels travel and are stored as bytes; the networks cast them),
+    every other leaf becomes float32."""
+    out = {}
+    for name, x in observation_entries(obs):
+        x = jnp.asarray(x)
+        if name == ACTION_MASK:
+            out[name] = x.reshape(batch, -1).astype(bool)
+            continue
+        if not (keep_images and x.ndim == 4):
+            x = x.reshape(batch, -1)
+        out[name] = x if x.dtype in (jnp.uint8, jnp.bool_) else x.astype(jnp.float32)
+    return out
+
+
+class StructuredObservation(VecEnvWrapper):
+    """Observations (and info["final_observation"]) as a dict {name: [N, ...]}, for the built-in
+    networks' dict path: what `FlattenObservation` is to one flat array, for dict (or NamedTuple)
+    observations and image observations (`structure_observation` says what each entry becomes).
+
+    Args:
+      venv: the vectorised env to wrap.
+      keep_images: keep image-like leaves ([H, W, C] per env) in their shape, for a CNN.
+    """
+
+    def __init__(self, venv, *, keep_images: bool = False):
+        super().__init__(venv)
+        self.keep_images = bool(keep_images)
+
+    def observation_space(self, params=None):
+        example = jax.eval_shape(lambda k: self.venv.reset(k, params)[0], jax.random.key(0))
+        structured = jax.eval_shape(self._structure, example)
+        return spaces.Dict({k: Box(-jnp.inf, jnp.inf, v.shape[1:], v.dtype) for k, v in structured.items()})
+
+    def _structure(self, x):
+        return structure_observation(x, self.num_envs, self.keep_images)
+
+    def reset(self, key: jax.Array, params=None):
+        obs, state = super().reset(key, params)
+        return self._structure(obs), state
+
+    def step(self, state: WrapperState, action: jax.Array, params=None, draws=None):
+        obs, state, reward, terminated, truncated, info = super().step(state, action, params, draws)
+        obs, info = _map_obs(self._structure, obs, info)
         return obs, state, reward, terminated, truncated, info
 
 

@@ -129,7 +129,9 @@ def test_own_network_in_a_sweep_and_the_config_round_trip(nets):
 
 @pytest.mark.parametrize("path", ["my_nets", "my_nets:", ":f", "my-nets:f", "a:b:c", 3, "my_nets:class"])
 def test_network_path_format_is_checked_by_the_config(path):
-    with pytest.raises(ValueError, match=r"network must be None \(the MLP actor-critic\) or \"module:func"):
+    expected = (r"network must be None \(the MLP actor-critic\), \"cnn\" \(the built-in with a conv torso on "
+                r"image observations\) or \"module:func")
+    with pytest.raises(ValueError, match=expected):
         fusedrl.PPOConfig(network=path)
 
 

@@ -624,8 +624,8 @@ def test_params_that_inherit_gymnax_one_step_time_limit_warn(private_registry):
             fusedrl.make(name)
 
 
-def test_a_dict_observation_space_is_refused_when_the_trainer_is_made(private_registry):
-    # Before: numpy's "entry not a 2- or 3- tuple" from inside the flattening wrapper, at trace time.
+def test_a_dict_observation_space_takes_the_dict_path(private_registry):
+    # Once refused here (the MLP took one array); now each entry is encoded (tests/test_spaces.py).
     from gymnax.environments import spaces
 
     from fusedrl.envs.cartpole import CartPole
@@ -638,9 +638,9 @@ def test_a_dict_observation_space_is_refused_when_the_trainer_is_made(private_re
             return spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.Box(-1, 1, (2,))})
 
     fusedrl.register("DictObs-v0", DictObs)
-    with pytest.raises(ValueError, match=r"DictObs-v0: the networks take one array per observation \(a Box "
-                                         r"observation space\), got a Dict observation space\. Return one"):
-        fusedrl.make_train(fusedrl.PPOConfig(env_id="DictObs-v0"))
+    train = fusedrl.make_train(fusedrl.PPOConfig(env_id="DictObs-v0"))
+    obs = jax.eval_shape(train.init, jax.random.key(0)).obs
+    assert train.structured and {k: v.shape for k, v in obs.items()} == {"a": (4, 2), "b": (4, 2)}
 
 
 def test_a_deterministic_step_that_uses_its_key_says_so():

@@ -276,9 +276,11 @@ class PPOConfig(OnPolicyConfig):
         scale sqrt(2) for hidden layers, 0.01 for the policy head and 1 for the value head.
       log_std_init: continuous actions: the initial (state-independent, learned) log-std. Actions
         are sampled unclipped (the log-prob is the sample's) and clipped to the bounds for the env.
-      network: None for the MLP actor-critic, or "module:function", a function that builds your own
-        flax module (see `fusedrl.networks.build_network`); hidden_sizes, activation and
-        log_std_init then go to it in the config, for it to use or ignore.
+      network: None for the MLP actor-critic; "cnn" for the built-in one with a conv torso on
+        image-like observations ([H, W, C] arrays, or such entries of dict observations; see
+        docs/networks.md), the MLP torsos (hidden_sizes) after it; or "module:function", a function
+        that builds your own flax module (see `fusedrl.networks.build_network`); hidden_sizes,
+        activation and log_std_init then go to it in the config, for it to use or ignore.
       normalize_obs: running mean/variance of observations (updated with each step's observations,
         then applied; clipped to +-10); evaluation and saved policies use the run's final statistics.
       normalize_reward: divide rewards by the running std of the discounted return (SB3's
@@ -318,7 +320,8 @@ class PPOConfig(OnPolicyConfig):
     hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     log_std_init: float = 0.0  # continuous actions: the initial log-std of the Gaussian policy
-    # None: the MLP actor-critic above. "module:function": your own network (fusedrl.networks.build_network).
+    # None: the MLP actor-critic above. "cnn": with a conv torso on image observations. "module:function":
+    # your own network (fusedrl.networks.build_network).
     network: str | None = None
     normalize_obs: bool = False
     normalize_reward: bool = False
@@ -424,7 +427,7 @@ class A2CConfig(OnPolicyConfig):
       max_grad_norm: clip the gradient to this global norm before the optimiser (inf: no clipping).
       hidden_sizes, activation: the MLP torsos (separate for actor and critic), as PPOConfig's.
       log_std_init: continuous actions: the initial (state-independent, learned) log-std.
-      network: None for the MLP actor-critic, or "module:function" (see PPOConfig.network).
+      network: None for the MLP actor-critic, "cnn", or "module:function" (see PPOConfig.network).
       normalize_obs: running mean/variance of observations, as PPOConfig's.
       normalize_reward: divide rewards by the running std of the discounted return, as PPOConfig's.
       normalize_adv: standardise advantages per batch (population std, + 1e-8); off in SB3's A2C.
@@ -525,7 +528,7 @@ class ReinforceConfig(OnPolicyConfig):
       max_grad_norm: clip the gradient to this global norm before the optimiser (inf: no clipping).
       hidden_sizes, activation: the MLP torsos (separate for actor and critic), as PPOConfig's.
       log_std_init: continuous actions: the initial (state-independent, learned) log-std.
-      network: None for the MLP actor-critic, or "module:function" (see PPOConfig.network).
+      network: None for the MLP actor-critic, "cnn", or "module:function" (see PPOConfig.network).
       normalize_obs: running mean/variance of observations, as PPOConfig's.
       normalize_reward: divide rewards by the running std of the discounted return, as PPOConfig's.
       baseline: learn V on the returns and use A = G - V; False: A = G, and the critic is not trained.
@@ -789,8 +792,11 @@ def _validate_compute_dtype(c) -> None:
     if c.compute_dtype not in ("float32", "bfloat16"):
         raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16' (mixed precision), got "
                          f"{c.compute_dtype!r}.")
+    from fusedrl.networks import BUILTIN_NETWORKS
+
     recurrent = getattr(c, "recurrent", None)
-    if c.compute_dtype != "float32" and (recurrent is not None or c.network is not None):
+    custom = c.network is not None and c.network not in BUILTIN_NETWORKS  # "cnn" is built in
+    if c.compute_dtype != "float32" and (recurrent is not None or custom):
         what = "recurrent=None and network=None" if hasattr(c, "recurrent") else "network=None"
         raise ValueError(f"compute_dtype={c.compute_dtype!r} applies to the built-in MLP only: set "
                          f"{what}, or compute_dtype='float32' (your own network "
@@ -806,9 +812,12 @@ def _validate_recurrent(c) -> None:
     if not is_int(c.recurrent_size) or c.recurrent_size <= 0:
         raise ValueError(f"recurrent_size must be a positive int (the cell's width, e.g. 128), got "
                          f"{c.recurrent_size!r}.")
+    from fusedrl.networks import BUILTIN_NETWORKS
+
+    custom = c.network is not None and c.network not in BUILTIN_NETWORKS
     if c.recurrent is None:
         return
-    if c.network is not None:
+    if custom:
         raise ValueError(f"recurrent={c.recurrent!r} builds the built-in recurrent actor-critic, and network="
                          f"{c.network!r} names your own: set one of them (network=None for the built-in).")
     if c.num_envs % c.num_minibatches:

@@ -17,7 +17,7 @@ from fusedrl.train.tuning import Tuning
 class Transition(NamedTuple):
     """One rollout step of N envs; the rollout stacks these to [T, N, ...]."""
 
-    obs: jax.Array  # [N, obs_dim] observation acted on
+    obs: jax.Array  # [N, obs_dim] observation acted on (dict observations: {name: [N, ...]})
     action: jax.Array  # [N] or [N, act_dim]
     log_prob: jax.Array  # [N]
     value: jax.Array  # [N] V(obs)
@@ -33,8 +33,8 @@ class Transition(NamedTuple):
 def batched_values(apply_fn: Callable, params, obs: jax.Array) -> jax.Array:
     """V of [T, N, ...] observations, [T, N], in one network call over them flattened to [T * N, ...]
     (the network takes a batch, and a user's may read its size from obs.shape[0])."""
-    num_steps, num_envs = obs.shape[:2]
-    flat_obs = obs.reshape((num_steps * num_envs,) + obs.shape[2:])
+    num_steps, num_envs = jax.tree.leaves(obs)[0].shape[:2]
+    flat_obs = jax.tree.map(lambda x: x.reshape((num_steps * num_envs,) + x.shape[2:]), obs)
     return apply_fn(params, flat_obs)[1].reshape(num_steps, num_envs)
 
 

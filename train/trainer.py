@@ -24,8 +24,8 @@ from flax import struct
 
 from fusedrl._argtypes import is_int
 from fusedrl._warnings import warn_user
-from fusedrl.distributions import Categorical, DiagGaussian
-from fusedrl.envs import Box, Discrete, VecEnv, make, space_info
+from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical
+from fusedrl.envs import Box, Discrete, MultiDiscrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
 from fusedrl.networks import RecurrentActorCritic, build_network
 from fusedrl.platform import choices_platform
@@ -180,24 +180,45 @@ class Trainer:
             normalize_adv = getattr(config, "normalize_adv", False)
         self.normalize_adv = normalize_adv
         self.env, self.env_params = make(config.env_id, **config.env_params)
-        _check_observation_space(config.env_id, self.env, self.env_params)
         act_space = self.env.action_space(self.env_params)
-        if isinstance(act_space, Discrete):
+        self.nvec = None  # MultiDiscrete actions: each component's number of choices
+        if isinstance(act_space, Discrete) and tuple(act_space.shape) == ():
             self.discrete, self.action_dim = True, int(act_space.n)
+        elif isinstance(act_space, MultiDiscrete):
+            self.discrete, self.nvec, self.action_dim = True, act_space.nvec, int(sum(act_space.nvec))
         elif isinstance(act_space, Box) and len(act_space.shape) == 1:
             self.discrete, self.action_dim = False, int(act_space.shape[0])
             _warn_bounds_exclude_zero(config.env_id, act_space)
         else:
-            raise ValueError(f"{config.env_id}: the trainer supports Discrete and 1-D Box action spaces, "
-                             f"got {space_info(act_space)}.")
+            raise ValueError(
+                f"{config.env_id}: the action space {act_space!r} ({space_info(act_space)}) is not "
+                f"supported. "
+                f"The learners take Discrete(n) (one action per step), fusedrl.envs.MultiDiscrete(nvec) (a "
+                f"vector of discrete choices) and 1-D Box actions; not Tuple or Dict actions, nor an agent "
+                f"axis (one action per agent: flatten the agents' choices into a MultiDiscrete, or wrap "
+                f"the env so one policy acts for one agent).")
+        # Dict (or NamedTuple) observations, and image observations for network="cnn", go to the
+        # built-in networks as a dict of arrays (`StructuredObservation`); a single Box observation
+        # otherwise as one flat float32 array (`FlattenObservation`).
+        self.cnn = config.network == "cnn"
+        obs_leaves, bare = _observation_leaves(self.env, self.env_params, self.cnn)
+        self.structured = self.cnn or not bare
+        if self.cnn:
+            _check_images(config.env_id, obs_leaves)
         if tuning is None:
             tuning = resolve_tuning(choices_platform(), num_envs=config.num_envs,
                                     batch_size=config.num_envs * config.num_steps)
         self.tuning = tuning
         obs_shape = tuple(getattr(self.env.observation_space(self.env_params), "shape", None) or ())
-        flat = (min(config.num_envs, 2), int(np.prod(obs_shape, dtype=np.int64)))  # FlattenObservation's
+        batch = min(config.num_envs, 2)
+        if self.structured:
+            example = {name: jax.ShapeDtypeStruct((batch,) + x.shape, x.dtype) for name, x in obs_leaves}
+            example = jax.eval_shape(lambda o: W.structure_observation(o, batch, self.cnn), example)
+        else:
+            flat = (batch, int(np.prod(obs_shape, dtype=np.int64)))  # FlattenObservation's
+            example = jax.ShapeDtypeStruct(flat, jnp.float32)
         self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
-                                     obs_shape=obs_shape, obs_example=jax.ShapeDtypeStruct(flat, jnp.float32))
+                                     obs_shape=obs_shape, obs_example=example, nvec=self.nvec)
         self.recurrent = isinstance(self.network, RecurrentActorCritic)
 
     # ----------------------------------------------------------------------------------- pieces
@@ -214,7 +235,10 @@ class Trainer:
         c = self.config
         training = obs_stats is None and not evaluation
         venv = W.EpisodeStatistics(VecEnv(self.env, num_envs or c.num_envs))
-        venv = W.FlattenObservation(venv)
+        if self.structured:
+            venv = W.StructuredObservation(venv, keep_images=self.cnn)
+        else:
+            venv = W.FlattenObservation(venv)
         if not self.discrete:
             venv = W.ClipAction(venv)
         if c.normalize_reward and training:
@@ -257,7 +281,7 @@ class Trainer:
 
     def noise(self, key: jax.Array, num_steps: int) -> jax.Array:
         """The rollout's action-sampling noise for `num_steps` steps of the configured envs."""
-        dist = Categorical if self.discrete else DiagGaussian
+        dist = (Categorical if self.nvec is None else MultiCategorical) if self.discrete else DiagGaussian
         return dist.noise(key, (num_steps, self.config.num_envs, self.action_dim))
 
     # ------------------------------------------------------------------------------------ init
@@ -269,11 +293,12 @@ class Trainer:
             k_env, key = jax.random.fold_in(k_env, shard), jax.random.fold_in(key, shard)
         venv = self.make_env(hparams)
         obs, env_state = venv.reset(k_env, hparams.env_params)
-        policy_state = self.initial_policy_state(obs.shape[0])
+        policy_state = self.initial_policy_state(jax.tree.leaves(obs)[0].shape[0])
+        first = jax.tree.map(lambda x: x[:1], obs)
         if self.recurrent:
-            params = self.network.init(k_net, jax.tree.map(lambda x: x[:1], policy_state), obs[:1])
+            params = self.network.init(k_net, jax.tree.map(lambda x: x[:1], policy_state), first)
         else:
-            params = self.network.init(k_net, obs[:1])
+            params = self.network.init(k_net, first)
         opt_state = self.make_optimizer(hparams).init(params)
         zero = jnp.zeros((), jnp.float32)
         return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero, policy_state)
@@ -333,7 +358,7 @@ class Trainer:
             return self.values(params, traj.next_obs)
         _, _, after = self.replay(params, policy_state, traj.obs, traj.done)
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), after)
-        next_obs = traj.next_obs.reshape((-1,) + traj.next_obs.shape[2:])
+        next_obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.next_obs)
         _, (_, value) = self.network.apply(params, flat, next_obs)
         return value.reshape(traj.reward.shape)
 
@@ -347,7 +372,8 @@ class Trainer:
         sequence as the rollout ran it, so the losses see the log-probabilities and values of the
         rollout's own policy states."""
         o, done, carry = obs
-        pi, value, _ = self.replay(params, carry, jnp.swapaxes(o, 0, 1), jnp.swapaxes(done, 0, 1))
+        o = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), o)
+        pi, value, _ = self.replay(params, carry, o, jnp.swapaxes(done, 0, 1))
         # The scan stacked every leaf of the per-step pi along time: per-env leaves ([B, A] logits or
         # mean) are now [T, B, A] and go env-major; a state-independent log_std ([A]) is [T, A],
         # the same at every step.
@@ -393,12 +419,12 @@ class Trainer:
             def flat(x):
                 return jnp.swapaxes(x, 0, 1)
 
-            obs = (flat(traj.obs), flat(traj.done), policy_state)
+            obs = (jax.tree.map(flat, traj.obs), flat(traj.done), policy_state)
         else:  # transitions [T * N, ...]
             def flat(x):
                 return x.reshape((num_steps * num_envs,) + x.shape[2:])
 
-            obs = flat(traj.obs)
+            obs = jax.tree.map(flat, traj.obs)
         batch = Batch(obs=obs, action=flat(traj.action), log_prob=flat(traj.log_prob),
                       value=flat(traj.value), advantage=flat(adv), target=flat(targets),
                       weight=flat(weight[0]) if weight else None)
@@ -531,19 +557,30 @@ def _check_hparams_shapes(hparams: Hyperparams, default: Hyperparams) -> None:
             )
 
 
-def _check_observation_space(env_id: str, env, params) -> None:
-    """The MLP takes one array per observation: a Dict or Tuple observation space is refused here
-    (its observations failed later, inside the flattening wrapper, as an opaque numpy error)."""
+def _observation_leaves(env, params, cnn: bool):
+    """(entries, bare) of one env's observation: entries (name, shape and dtype; a bare array is
+    "obs") from tracing `reset` (nothing runs), and whether it is one array. (None, True) without
+    `cnn` for an env whose observation space is a Box: the flat path, which needs no tracing."""
     try:
         space = env.observation_space(params)
     except NotImplementedError:  # gymnax's default: the observations' own shape is used
-        return
-    if not hasattr(space, "shape"):
+        space = None
+    if not cnn and hasattr(space, "shape"):
+        return None, True
+    obs = jax.eval_shape(lambda k: env.reset(k, params)[0], jax.random.key(0))
+    return W.observation_entries(obs), jax.tree_util.treedef_is_leaf(jax.tree.structure(obs))
+
+
+def _check_images(env_id: str, leaves) -> None:
+    """network="cnn" needs an image-like observation entry ([H, W, C] per env)."""
+    from fusedrl.networks import is_image
+
+    if not any(is_image(x.shape) for name, x in leaves if name != W.ACTION_MASK):
+        shapes = ", ".join(f"{name} {tuple(x.shape)}" for name, x in leaves)
         raise ValueError(
-            f"{env_id}: the networks take one array per observation (a Box observation space), got "
-            f"a {type(space).__name__} observation space. Return one array from reset_env and step_env "
-            f"(e.g. jnp.concatenate of the parts, flattened) and describe it with a Box."
-        )
+            f"network='cnn' needs an image-like observation ([H, W, C] per env: e.g. MinAtar's (10, 10, 4) "
+            f"or pixels (130, 110, 3)), and {env_id}'s observation has none ({shapes}). Use network=None "
+            f"(the MLP) for it, or return the image with its [H, W, C] shape.")
 
 
 _WARNED_BOUNDS: set[tuple[str, str]] = set()

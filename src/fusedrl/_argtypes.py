@@ -62,17 +62,19 @@ def check_network(config, error: type[Exception]) -> list[str]:
     `error` with the reason. Returns the module to record with the run's imports ([] without one)."""
     if config.network is None:
         return []
-    from fusedrl.networks import network_module
+    from fusedrl.networks import BUILTIN_NETWORKS, network_module
 
-    module = network_module(config.network)
-    import_modules([module], source=f"network {config.network}")
+    builtin = config.network in BUILTIN_NETWORKS  # checked too: "cnn" needs image observations
+    module = None if builtin else network_module(config.network)
+    if module is not None:
+        import_modules([module], source=f"network {config.network}")
     from fusedrl.train import make_train
 
     try:
         make_train(config)
     except (TypeError, ValueError) as e:
         raise error(f"invalid configuration: {e}") from None
-    return [module]
+    return [] if module is None else [module]
 
 
 def module_name_error(name: Any) -> str | None:

@@ -464,6 +464,10 @@ def format_space(space) -> str:
     info = space_info(space)
     if info["type"] == "Discrete":
         return f"Discrete({info['n']})"
+    if info["type"] == "MultiDiscrete":
+        return f"MultiDiscrete({info['nvec']})"
+    if info["type"] == "Dict" and isinstance(getattr(space, "spaces", None), dict):
+        return "Dict(" + ", ".join(f"{k}: {format_space(v)}" for k, v in space.spaces.items()) + ")"
     if info["type"] == "Box":
         shape = ",".join(str(s) for s in info["shape"])
         comma = "," if len(info["shape"]) == 1 else ""

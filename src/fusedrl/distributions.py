@@ -1,4 +1,5 @@
-"""The two policy distributions PPO needs, in a few lines of jnp.
+"""The policy distributions the learners need, in a few lines of jnp: categorical (Discrete actions),
+factorised categorical (MultiDiscrete), diagonal Gaussian (Box); and action masking.
 
 distrax would pull in TensorFlow Probability; these are small enough to own, and are tested
 against SciPy/NumPy references in tests/test_networks.py. Each distribution is a pytree, so it
@@ -53,6 +54,78 @@ class Categorical:
     def entropy(self) -> jax.Array:
         logp = self.log_probs
         return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+#: The logit a mask gives a ruled-out action: finite, so 0 * log-prob stays 0 (no NaN in the entropy).
+MASKED_LOGIT = float(jnp.finfo(jnp.float32).min)
+
+
+@struct.dataclass
+class MultiCategorical:
+    """Independent categoricals, one per component of a `MultiDiscrete(nvec)` action: the logits of
+    component i are `logits[..., offset_i : offset_i + nvec[i]]` (offsets the cumulative sums).
+    log-prob and entropy are the sums over components. Actions are [..., len(nvec)] int32."""
+
+    logits: jax.Array  # [..., sum(nvec)]
+    nvec: tuple[int, ...] = struct.field(pytree_node=False)
+
+    def components(self) -> list[Categorical]:
+        """The categorical of each component."""
+        out, start = [], 0
+        for n in self.nvec:
+            out.append(Categorical(self.logits[..., start:start + n]))
+            start += n
+        return out
+
+    @staticmethod
+    def noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """Standard Gumbel noise [..., sum(nvec)] for `sample_from_noise` (as `Categorical.noise`)."""
+        return Categorical.noise(key, shape)
+
+    def _split(self, x: jax.Array) -> list[jax.Array]:
+        out, start = [], 0
+        for n in self.nvec:
+            out.append(x[..., start:start + n])
+            start += n
+        return out
+
+    def sample_from_noise(self, gumbel: jax.Array) -> jax.Array:
+        parts = zip(self.components(), self._split(gumbel), strict=True)
+        return jnp.stack([c.sample_from_noise(g) for c, g in parts], axis=-1)
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return self.sample_from_noise(self.noise(key, self.logits.shape))
+
+    def mode(self) -> jax.Array:
+        return jnp.stack([c.mode() for c in self.components()], axis=-1)
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        """Sum over components of log pi_i(a_i); [...] for actions [..., len(nvec)]."""
+        parts = [c.log_prob(action[..., i]) for i, c in enumerate(self.components())]
+        return sum(parts[1:], parts[0])
+
+    def entropy(self) -> jax.Array:
+        parts = [c.entropy() for c in self.components()]
+        return sum(parts[1:], parts[0])
+
+
+def mask_policy(pi, mask: jax.Array):
+    """`pi` with the actions where `mask` is False ruled out: their logits become `MASKED_LOGIT`.
+
+    Args:
+      pi: a `Categorical` (mask [..., K]) or a `MultiCategorical` (mask [..., sum(nvec)]: each
+        component's choices, concatenated as its logits are).
+      mask: bool (or 0/1) allowed actions. At least one action (of each component) must be allowed;
+        where none is, the masked logits are all equal and the policy is uniform over every action.
+    """
+    if not isinstance(pi, Categorical | MultiCategorical):
+        raise TypeError(f"an action mask needs a categorical policy (Discrete or MultiDiscrete actions), got "
+                        f"{type(pi).__name__}.")
+    mask = jnp.asarray(mask).astype(bool)
+    if mask.shape != pi.logits.shape:
+        raise ValueError(f"action_mask has shape {mask.shape}, the policy's logits {pi.logits.shape}: a mask "
+                         f"holds one entry per action (sum(nvec) for MultiDiscrete), per observation.")
+    return pi.replace(logits=jnp.where(mask, pi.logits, MASKED_LOGIT))
 
 
 @struct.dataclass

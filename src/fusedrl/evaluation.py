@@ -137,7 +137,7 @@ def _evaluate_any(trainer: Trainer, result: TrainResult, key: jax.Array, num_epi
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[seed_axes:]), result)
         out = _evaluate_any(trainer, flat, key, num_episodes, greedy, max_steps)
         return out.reshape(lead + out.shape[1:])
-    if result.state.obs.ndim == single_state.obs.ndim + seed_axes + 1:
+    if jax.tree.leaves(result.state.obs)[0].ndim == jax.tree.leaves(single_state.obs)[0].ndim + seed_axes + 1:
         # `data_parallel_train`'s result (per seed, if vmapped): one agent, per-shard envs whose
         # normaliser statistics are pooled over the shards, hence equal: any shard's will do.
         shard0 = jax.tree.map(lambda x: x[:, 0] if seed_axes else x[0], result.state.env_state)

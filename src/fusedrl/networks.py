@@ -1,10 +1,11 @@
 """Actor-critic networks: MLPs with separate actor and critic torsos (as PureJaxRL and CleanRL use for
-PPO), a recurrent (GRU/LSTM) actor-critic, and the checks a user's own network passes."""
+PPO), a convolutional torso for image observations (`network="cnn"`), dict observations and action
+masks, a recurrent (GRU/LSTM) actor-critic, and the checks a user's own network passes."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -13,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl.distributions import Categorical, DiagGaussian
+from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical, mask_policy
 from fusedrl.initializers import orthogonal
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
@@ -53,11 +54,86 @@ def _torso(dense: Callable, act: Callable, widths: Sequence[int], prefix: str, x
     return x
 
 
-def _policy(module: nn.Module, head: jax.Array, discrete: bool, log_std_init: float):
-    """The policy distribution on the actor head's output: categorical logits, or a Gaussian's
-    mean with a state-independent log-std parameter of `module` (initialised at `log_std_init`)."""
+#: The observation entry that holds the allowed actions (bool [n] for Discrete(n), [sum(nvec)] for
+#: MultiDiscrete): the built-in networks never encode it; they mask the policy's logits with it.
+ACTION_MASK = "action_mask"
+
+#: `network` values that name a built-in torso rather than "module:function".
+BUILTIN_NETWORKS = ("cnn",)
+
+#: Image-like observation leaves (rank 3 per env, [H, W, C]) at least this large in both spatial
+#: dimensions get the Nature-DQN torso; smaller ones (MinAtar's 10x10) the MinAtar torso.
+NATURE_MIN_SIZE = 36
+
+
+def is_image(shape: Sequence[int]) -> bool:
+    """Whether one env's observation leaf of `shape` is image-like: [H, W, C]."""
+    return len(shape) == 3
+
+
+def _as_float(x: jax.Array) -> jax.Array:
+    """An observation leaf as float32: uint8 (pixels) scaled by 1/255, bool as 0/1, others cast."""
+    if x.dtype == jnp.uint8:
+        return x.astype(jnp.float32) * (1.0 / 255.0)
+    return x.astype(jnp.float32)
+
+
+def _conv_torso(x: jax.Array, name: str, dtype: Any) -> jax.Array:
+    """[B, H, W, C] -> [B, features], relu after every conv. MinAtar's torso (Young & Tian 2019: one
+    conv of 16 3x3 filters, stride 1) for small images; the Nature-DQN torso (Mnih et al. 2015: 32
+    8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1) for images of at least `NATURE_MIN_SIZE` pixels
+    a side (e.g. Craftax's 130x110). Kernels are orthogonal (sqrt 2), without QR."""
+    if min(x.shape[1:3]) >= NATURE_MIN_SIZE:
+        layers = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+    else:
+        layers = ((16, 3, 1),)
+    for i, (features, size, stride) in enumerate(layers):
+        conv = nn.Conv(features, (size, size), strides=(stride, stride), padding="VALID", dtype=dtype,
+                       param_dtype=jnp.float32, kernel_init=orthogonal(float(np.sqrt(2.0))),
+                       bias_init=nn.initializers.zeros, name=f"{name}_{i}")
+        x = nn.relu(conv(x))
+    return x.reshape((x.shape[0], -1))
+
+
+def _leaf_name(key: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in key)
+
+
+def encode_observation(obs: Mapping[str, jax.Array], cnn: bool, dtype: Any = jnp.float32) -> jax.Array:
+    """A batch of dict observations {name: [B, ...]} -> features [B, F], inside a flax module's
+    compact call: each leaf but `ACTION_MASK`, in sorted name order, as float32 (`_as_float`), through
+    a conv torso (`conv_{name}_{i}`) when `cnn` and image-like ([B, H, W, C]), else flattened;
+    then concatenated."""
+    feats = []
+    for name in sorted(obs):
+        if name == ACTION_MASK:
+            continue
+        x = _as_float(obs[name])
+        if cnn and x.ndim == 4:
+            x = _conv_torso(x, f"conv_{_leaf_name(name)}", dtype)
+        feats.append(x.reshape((x.shape[0], -1)))
+    if not feats:
+        raise ValueError(f"the observation has no entry besides {ACTION_MASK!r}: nothing for the network "
+                         f"to see.")
+    return feats[0] if len(feats) == 1 else jnp.concatenate(feats, axis=-1)
+
+
+def _split_obs(obs, cnn: bool, dtype: Any):
+    """(features [B, F], action mask or None) of a batch of observations: a flat array as it is, a
+    dict through `encode_observation`."""
+    if isinstance(obs, Mapping):
+        return encode_observation(obs, cnn, dtype), obs.get(ACTION_MASK)
+    return obs, None
+
+
+def _policy(module: nn.Module, head: jax.Array, discrete: bool, log_std_init: float,
+            nvec: tuple[int, ...] | None = None, mask: jax.Array | None = None):
+    """The policy distribution on the actor head's output: categorical logits (factorised over
+    `nvec` for MultiDiscrete actions), masked by `mask` if given; or a Gaussian's mean with a
+    state-independent log-std parameter of `module` (initialised at `log_std_init`)."""
     if discrete:
-        return Categorical(logits=head)
+        pi = Categorical(logits=head) if nvec is None else MultiCategorical(logits=head, nvec=tuple(nvec))
+        return pi if mask is None else mask_policy(pi, mask)
     init = nn.initializers.constant(log_std_init)
     return DiagGaussian(mean=head, log_std=module.param("log_std", init, (head.shape[-1],), jnp.float32))
 
@@ -65,10 +141,19 @@ def _policy(module: nn.Module, head: jax.Array, discrete: bool, log_std_init: fl
 class ActorCritic(nn.Module):
     """obs [..., obs_dim] -> (policy distribution over actions [...], value [...]).
 
+    `obs` may also be a dict of batched arrays {name: [B, ...]} (what the trainer gives for dict
+    observations, and with `torso="cnn"`): each entry is encoded (`encode_observation`: flattened,
+    or through a conv torso shared by actor and critic when image-like and `torso="cnn"`) and the
+    features concatenated; an `action_mask` entry is not encoded but masks the policy.
+
     Attributes:
-      action_dim: number of discrete actions, or the dimension of a continuous action.
+      action_dim: number of discrete actions (sum(nvec) for MultiDiscrete), or the dimension of a
+        continuous action.
       discrete: categorical policy if True, else a diagonal Gaussian with a state-independent
         log-std parameter (initialised at `log_std_init`).
+      nvec: MultiDiscrete actions: each component's number of choices (a factorised categorical,
+        `MultiCategorical`); None: one categorical (or a Gaussian).
+      torso: "mlp", or "cnn" for a conv torso on image-like dict entries.
       hidden_sizes: widths of the hidden layers of each torso.
       activation: a key of ACTIVATIONS.
       log_std_init: the initial log-std of the Gaussian policy (unused when discrete).
@@ -83,15 +168,18 @@ class ActorCritic(nn.Module):
     activation: str = "tanh"
     log_std_init: float = 0.0
     compute_dtype: str = "float32"
+    nvec: tuple[int, ...] | None = None
+    torso: str = "mlp"
 
     @nn.compact
-    def __call__(self, obs: jax.Array):
+    def __call__(self, obs):
         act = ACTIVATIONS[self.activation]
         dtype = COMPUTE_DTYPES[self.compute_dtype]
         dense = partial(_dense, dtype=dtype)
+        obs, mask = _split_obs(obs, self.torso == "cnn", dtype)
         x = _torso(dense, act, self.hidden_sizes, "actor", obs)
         head = dense(self.action_dim, 0.01, "actor_head")(x).astype(jnp.float32)
-        pi = _policy(self, head, self.discrete, self.log_std_init)
+        pi = _policy(self, head, self.discrete, self.log_std_init, self.nvec, mask)
         v = _torso(dense, act, self.hidden_sizes, "critic", obs)
         value = dense(1, 1.0, "critic_head")(v)[..., 0].astype(jnp.float32)
         return pi, value
@@ -119,6 +207,8 @@ class RecurrentActorCritic(nn.Module):
     log_std_init: float = 0.0
     cell: str = "gru"
     recurrent_size: int = 128
+    nvec: tuple[int, ...] | None = None
+    torso: str = "mlp"
 
     def initial_carry(self, batch: int):
         zeros = jnp.zeros((batch, self.recurrent_size), jnp.float32)
@@ -128,12 +218,14 @@ class RecurrentActorCritic(nn.Module):
     def __call__(self, carry, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
         dense = partial(_dense, dtype=jnp.float32)
+        obs, mask = _split_obs(obs, self.torso == "cnn", jnp.float32)
         x = _torso(dense, act, self.hidden_sizes[:1], "embed", obs)
         cells = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
         carry, x = cells[self.cell](self.recurrent_size, kernel_init=orthogonal(1.0),
                                     recurrent_kernel_init=orthogonal(1.0), name="cell")(carry, x)
         a = _torso(dense, act, self.hidden_sizes[1:], "actor", x)
-        pi = _policy(self, dense(self.action_dim, 0.01, "actor_head")(a), self.discrete, self.log_std_init)
+        pi = _policy(self, dense(self.action_dim, 0.01, "actor_head")(a), self.discrete, self.log_std_init,
+                     self.nvec, mask)
         v = _torso(dense, act, self.hidden_sizes[1:], "critic", x)
         return carry, (pi, dense(1, 1.0, "critic_head")(v)[..., 0])
 
@@ -143,12 +235,15 @@ def network_path_error(path) -> str | None:
     "network " in the config's error."""
     import keyword
 
+    if path in BUILTIN_NETWORKS:
+        return None
     if isinstance(path, str) and path.count(":") == 1:
         module, name = path.split(":")
         if module and all(p.isidentifier() and not keyword.iskeyword(p) for p in module.split(".")) and (
                 name.isidentifier() and not keyword.iskeyword(name)):
             return None
-    return (f"must be None (the MLP actor-critic) or \"module:function\", a function that builds your "
+    return (f"must be None (the MLP actor-critic), \"cnn\" (the built-in with a conv torso on image "
+            f"observations) or \"module:function\", a function that builds your "
             f"own flax module, e.g. \"my_nets:cnn\" for def cnn(...) in my_nets.py; got {path!r}.")
 
 
@@ -158,8 +253,13 @@ def network_module(path: str) -> str:
 
 
 def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[int, ...],
-                  obs_example: jax.ShapeDtypeStruct) -> nn.Module:
-    """The trainer's network: `ActorCritic` from the config, or the module `config.network` builds.
+                  obs_example: jax.ShapeDtypeStruct, nvec: tuple[int, ...] | None = None) -> nn.Module:
+    """The trainer's network: `ActorCritic` from the config (with a conv torso for
+    `network="cnn"`), or the module `config.network` builds.
+
+    `nvec`: MultiDiscrete actions (`action_dim` is then sum(nvec)). `obs_example`: one batch of what
+    the trainer's wrappers give the network, an array or a dict of arrays (dict observations, and
+    `network="cnn"`: see `fusedrl.envs.wrappers.StructuredObservation`).
 
     `config.network = "module:function"` imports `module` (from the Python path; the command-line
     tools put the current directory on it) and calls
@@ -173,15 +273,17 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     flax's, for orthogonal weights: flax's uses a QR decomposition, which has deadlocked XLA's CPU
     thread pool under `jax.vmap` on 2 cores.
     """
+    torso = "cnn" if config.network == "cnn" else "mlp"
+    nvec = None if nvec is None else tuple(int(n) for n in nvec)
     if getattr(config, "recurrent", None) is not None:
         return RecurrentActorCritic(
             action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
             activation=config.activation, log_std_init=float(config.log_std_init),
-            cell=config.recurrent, recurrent_size=config.recurrent_size)
-    if config.network is None:
+            cell=config.recurrent, recurrent_size=config.recurrent_size, nvec=nvec, torso=torso)
+    if config.network is None or config.network in BUILTIN_NETWORKS:
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, log_std_init=float(config.log_std_init),
-                           compute_dtype=getattr(config, "compute_dtype", "float32"))
+                           compute_dtype=getattr(config, "compute_dtype", "float32"), nvec=nvec, torso=torso)
     import importlib
 
     path = config.network
@@ -214,9 +316,23 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     if not isinstance(net, nn.Module):
         raise TypeError(f"network {path!r}: {name}(...) must return a flax.linen.Module, got "
                         f"{type(net).__name__}.")
-    with _noting(f"while make_train traced network {path!r} on observations {obs_example.shape}"):
-        _check_network_outputs(path, net, action_dim, discrete, obs_example)
+    shapes = jax.tree.map(lambda x: tuple(x.shape), obs_example)
+    with _noting(f"while make_train traced network {path!r} on observations {shapes}"):
+        _check_network_outputs(path, net, action_dim, discrete, obs_example, nvec)
+    if isinstance(obs_example, Mapping) and ACTION_MASK in obs_example:
+        return MaskedNetwork(net)  # masked actions are never taken, whatever the user's module does
     return net
+
+
+class MaskedNetwork(nn.Module):
+    """A user's network on observations with an `action_mask` entry: its policy, masked
+    (`fusedrl.distributions.mask_policy`). Its parameters are under "net"."""
+
+    net: nn.Module
+
+    def __call__(self, obs):
+        pi, value = self.net(obs)
+        return mask_policy(pi, obs[ACTION_MASK]), value
 
 
 @contextlib.contextmanager
@@ -232,7 +348,7 @@ def _noting(note: str):
 
 
 def _check_network_outputs(path: str, net: nn.Module, action_dim: int, discrete: bool,
-                           obs: jax.ShapeDtypeStruct) -> None:
+                           obs: jax.ShapeDtypeStruct, nvec: tuple[int, ...] | None = None) -> None:
     import flax.errors
 
     def call(key, x):
@@ -265,11 +381,14 @@ def _check_network_outputs(path: str, net: nn.Module, action_dim: int, discrete:
                         f"clipping (optax.clip_by_global_norm) fails on other dtypes. Keep param_dtype "
                         f"float32 and compute in bfloat16 with dtype=jnp.bfloat16 (e.g. nn.Dense(64, "
                         f"dtype=jnp.bfloat16)).")
-    batch = obs.shape[0]
-    want_pi = Categorical if discrete else DiagGaussian
+    batch = jax.tree.leaves(obs)[0].shape[0]
+    want_pi = (Categorical if nvec is None else MultiCategorical) if discrete else DiagGaussian
     head = "logits" if discrete else "mean"
-    expected = (f"(pi, value), pi a fusedrl.distributions.{want_pi.__name__} with {head} [B, {action_dim}] "
-                f"and value [B], for obs [B, {', '.join(map(str, obs.shape[1:]))}]")
+    shown = (f"[B, {', '.join(map(str, obs.shape[1:]))}]" if hasattr(obs, "shape")
+             else str(jax.tree.map(lambda x: ("B",) + tuple(x.shape[1:]), obs)))
+    nvec_note = "" if nvec is None else f" and nvec {tuple(nvec)}"
+    expected = (f"(pi, value), pi a fusedrl.distributions.{want_pi.__name__} with {head} [B, {action_dim}]"
+                f"{nvec_note} and value [B], for obs {shown}")
     if not isinstance(out, tuple) or len(out) != 2:
         raise TypeError(f"network {path!r}: __call__ must return {expected}; got {type(out).__name__}.")
     pi, value = out
@@ -302,5 +421,6 @@ def param_count(params) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
 
-__all__ = ["ACTIVATIONS", "RECURRENT_CELLS", "ActorCritic", "Dense", "RecurrentActorCritic", "build_network",
-           "param_count", "value_only"]
+__all__ = ["ACTION_MASK", "ACTIVATIONS", "BUILTIN_NETWORKS", "RECURRENT_CELLS", "ActorCritic", "Dense",
+           "RecurrentActorCritic", "build_network", "encode_observation", "is_image", "param_count",
+           "value_only"]

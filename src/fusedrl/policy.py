@@ -24,8 +24,10 @@ class Policy:
     `act(obs, key=None)` takes one observation (the env's observation shape) or a batch of them
     (a leading axis) and returns the action(s): the distribution's mode when `key` is None
     (greedy), else a sample. Continuous actions are clipped to the action space, as the
-    training env did. A policy trained through the host bridge ("gymnasium:" env ids) takes the
-    Gymnasium env's own observations and returns actions its `step` takes (NumPy).
+    training env did. Dict (or NamedTuple) observations, and those of a `network="cnn"` policy, are
+    taken as the env returns them (a batch: a leading axis on every entry); an `action_mask` entry
+    rules actions out, as in training. A policy trained through the host bridge ("gymnasium:" env ids)
+    takes the Gymnasium env's own observations and returns actions its `step` takes (NumPy).
 
     A recurrent policy (`recurrent="gru"` or `"lstm"`) carries its state from one `act` call to
     the next, one state per row of the batch: call `act` once per env step with the same batch
@@ -46,7 +48,7 @@ class Policy:
         self.params = state.params
         self.hparams = hparams
         self.update = int(np.ravel(state.update)[0])
-        self._encode = self._decode = None
+        self._encode = self._decode = self._example = None
         if is_host_env_id(config.env_id):
             from fusedrl.bridge import make_host_train
 
@@ -57,7 +59,13 @@ class Policy:
             norm = (W.NORM_EPSILON, W.NORM_CLIP)
         else:
             self.trainer = make_train(config)
-            self.obs_shape = tuple(self.trainer.env.observation_space(hparams.env_params).shape)
+            if self.trainer.structured:  # dict observations, or network="cnn": one env's as reset gives it
+                env = self.trainer.env
+                reset = jax.tree_util.Partial(env.reset, params=hparams.env_params)
+                self._example = jax.eval_shape(lambda k: reset(k)[0], jax.random.key(0))
+                self.obs_shape = jax.tree.map(lambda x: tuple(x.shape), self._example)
+            else:
+                self.obs_shape = tuple(self.trainer.env.observation_space(hparams.env_params).shape)
             stats = self.trainer.obs_stats(state, hparams)
             venv = self.trainer.make_env(hparams, num_envs=1, obs_stats=stats, evaluation=True)
             wrapper = W.find_wrapper(venv, W.NormalizeObservation)
@@ -82,10 +90,14 @@ class Policy:
         self.policy_state = self._policy.reset_policy_state(self.policy_state, done)
 
     def _act_batch(self, params, obs_stats, obs, key, policy_state):
-        x = jnp.asarray(obs, jnp.float32).reshape((obs.shape[0], -1))
+        rows = jax.tree.leaves(obs)[0].shape[0]
+        if self._example is not None:  # as the training stack's StructuredObservation gives them
+            x = W.structure_observation(obs, rows, self.trainer.cnn)
+        else:
+            x = jnp.asarray(obs, jnp.float32).reshape((rows, -1))
         if self._norm is not None:
             epsilon, clip = self._norm
-            x = obs_stats.normalize(x, epsilon=epsilon, clip=clip)
+            x = W.normalize_observation(obs_stats, x, epsilon=epsilon, clip=clip)
         policy_state, pi, _ = self._policy.policy_step(params, policy_state, x)
         action = pi.mode() if key is None else pi.sample(key)
         if not self.trainer.discrete and self._decode is None:  # the bridge's decode clips on the host
@@ -96,7 +108,7 @@ class Policy:
         return action, policy_state
 
     def _act_on(self, batch, key):
-        rows = batch.shape[0]
+        rows = jax.tree.leaves(batch)[0].shape[0]
         state = self.policy_state
         if state is None or jax.tree.leaves(state)[0].shape[0] != rows:
             state = self._policy.initial_policy_state(rows)
@@ -108,6 +120,8 @@ class Policy:
         return self._decode(np.asarray(action))
 
     def act(self, obs, key: jax.Array | None = None) -> jax.Array:
+        if self._example is not None:
+            return self._act_structured(obs, key)
         obs = jnp.asarray(obs) if self._encode is None else np.asarray(obs)
         n = len(self.obs_shape)
         if obs.shape == self.obs_shape:
@@ -121,8 +135,30 @@ class Policy:
 
     __call__ = act
 
+    def _act_structured(self, obs, key):
+        """`act` for dict (or NamedTuple) observations and network="cnn": one env's observation as its
+        reset returns it, or a batch of them (a leading axis on every entry)."""
+        want = jax.tree.structure(self._example)
+        if isinstance(obs, dict) and hasattr(self._example, "_asdict"):  # a NamedTuple's entries as a dict
+            obs = type(self._example)(**obs)
+        if jax.tree.structure(obs) != want:
+            raise ValueError(f"{self.config.env_id}: act expects an observation structured as the env's "
+                             f"({self.obs_shape}), got {jax.tree.map(np.shape, obs)}.")
+        obs = jax.tree.map(jnp.asarray, obs)
+        got = [tuple(x.shape) for x in jax.tree.leaves(obs)]
+        single = [tuple(x.shape) for x in jax.tree.leaves(self._example)]
+        if got == single:
+            return self._act_on(jax.tree.map(lambda x: x[None], obs), key)[0]
+        rows = {g[0] for g in got if len(g) >= 1}
+        if len(rows) == 1 and [g[1:] for g in got] == single:
+            return self._act_on(obs, key)
+        raise ValueError(f"{self.config.env_id}: act expects an observation of shapes {self.obs_shape} or "
+                         f"a batch of them (a leading axis B on every entry), got "
+                         f"{jax.tree.map(np.shape, obs)}.")
+
     def __repr__(self):
-        if self.config.network is not None:  # hidden_sizes go to the user's network, to use or ignore
+        # hidden_sizes go to the user's own network, to use or ignore
+        if self.config.network is not None and self.config.network != "cnn":
             return f"Policy({self.config.env_id!r}, network={self.config.network!r})"
         return f"Policy({self.config.env_id!r}, hidden_sizes={self.config.hidden_sizes})"
 
