@@ -52,6 +52,29 @@ def _leaves(space, obs) -> list[tuple[str, Any, Any]]:
     return [("", space, obs)]
 
 
+def check_step_shapes(env, params) -> Any:
+    """Traces (does not compile) one env's `reset_env` and `step_env` with a zero action: the
+    observations of both have the observation space's shapes and one dtype per entry, and a stepped
+    state has the structure, shapes and dtypes of a reset one (VecEnv selects between the two).
+    Returns the abstract observation (shapes and dtypes), for further checks."""
+    name = getattr(env, "name", type(env).__name__)
+    key = jax.random.key(0)
+    act_space = env.action_space(params)
+    action = jax.eval_shape(act_space.sample, key)
+    action = jnp.zeros(action.shape, action.dtype)
+    obs, state = jax.eval_shape(env.reset_env, key, params)
+    next_obs, next_state, reward, terminated, _ = jax.eval_shape(env.step_env, key, state, action, params)
+    space = env.observation_space(params)
+    for (path, leaf_space, a), (_, _, b) in zip(_leaves(space, obs), _leaves(space, next_obs), strict=True):
+        assert a.shape == b.shape == tuple(leaf_space.shape), f"{name}: observation{path} shapes differ"
+        assert a.dtype == b.dtype, f"{name}: observation{path} is {a.dtype} on reset, {b.dtype} on step"
+    assert reward.shape == terminated.shape == (), f"{name}: reward and terminated must be scalars"
+    assert jax.tree.structure(next_state) == jax.tree.structure(state), f"{name}: step changes the state tree"
+    leaves = [[(x.shape, x.dtype) for x in jax.tree.leaves(s)] for s in (state, next_state)]
+    assert leaves[0] == leaves[1], f"{name}: step changes a state leaf's shape or dtype"
+    return obs
+
+
 def check_env(env_or_id, params=None, *, num_envs: int = 4, max_steps: int = 6, num_steps: int | None = None,
               seed: int = 0) -> dict[str, Any]:
     """Checks an env on our contract; returns a few counts for the caller to look at.

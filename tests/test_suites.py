@@ -68,3 +68,21 @@ def test_check_env_fails_an_env_that_breaks_the_time_limit(env, message):
     params = env.default_params.replace(x_threshold=1e9, theta_threshold_radians=1e9)  # never terminates
     with pytest.raises(AssertionError, match=message):
         check_env(env, params, max_steps=4, num_steps=10)
+
+
+class _StepChangesDtype(CartPole):
+    """Its step returns the state's time counter as a float (VecEnv could not select reset states in)."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        return obs, state.replace(time=state.time.astype(jnp.float32)), reward, terminated, info
+
+
+def test_check_step_shapes_traces_ours_and_fails_a_changed_state_dtype():
+    from fusedrl.envs.checks import check_step_shapes
+
+    env = CartPole()
+    assert check_step_shapes(env, env.default_params).shape == (4,)
+    bad = _StepChangesDtype()
+    with pytest.raises(AssertionError, match="changes a state leaf's shape or dtype"):
+        check_step_shapes(bad, bad.default_params)
