@@ -256,3 +256,16 @@ def test_a_warning_from_python_c_names_the_command_line():
                          timeout=100)
     assert out.returncode == 0, out.stderr
     assert "<string>:6: UserWarning: OneStep-v0: EnvParams does not set max_steps_in_episode" in out.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env_id", [i for i in fusedrl.registered_ids(include_gymnax=False)
+                                    if not i.startswith("probe:")])
+def test_our_envs_declare_the_reset_cost_that_is_measured(env_id):
+    # Declared so that a run does not lower reset and step to measure it; the declaration must say
+    # what the measurement would.
+    from fusedrl.envs.vector import _measured_expensive_reset
+
+    env, params = fusedrl.make(env_id)
+    assert env.expensive_reset is not None, f"{env_id} does not declare expensive_reset"
+    assert env.expensive_reset == _measured_expensive_reset(env, params)
