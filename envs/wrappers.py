@@ -507,7 +507,24 @@ def _check_same_shape(old: RunningMeanStd, new: RunningMeanStd):
 # Shape and bounds
 
 
-class FlattenObservation(VecEnvWrapper):
+class ObservationMap(VecEnvWrapper):
+    """Applies `self.observation(obs)` to every batch of observations the env hands out: reset's, and
+    step's with its info["final_observation"]. Subclasses define `observation`."""
+
+    def observation(self, obs):
+        raise NotImplementedError
+
+    def reset(self, key: jax.Array, params=None):
+        obs, state = super().reset(key, params)
+        return self.observation(obs), state
+
+    def step(self, state: WrapperState, action: jax.Array, params=None, draws=None):
+        obs, state, reward, terminated, truncated, info = super().step(state, action, params, draws)
+        obs, info = _map_obs(self.observation, obs, info)
+        return obs, state, reward, terminated, truncated, info
+
+
+class FlattenObservation(ObservationMap):
     """Reshapes observations (and info["final_observation"]) to [N, prod(obs_shape)] float32."""
 
     def observation_space(self, params=None) -> Box:
@@ -525,17 +542,8 @@ class FlattenObservation(VecEnvWrapper):
 
         return Box(flat(space.low), flat(space.high), (size,), jnp.float32)
 
-    def _flatten(self, x):
+    def observation(self, x):
         return jnp.asarray(x).reshape(self.num_envs, -1).astype(jnp.float32)
-
-    def reset(self, key: jax.Array, params=None):
-        obs, state = super().reset(key, params)
-        return self._flatten(obs), state
-
-    def step(self, state: WrapperState, action: jax.Array, params=None, draws=None):
-        obs, state, reward, terminated, truncated, info = super().step(state, action, params, draws)
-        obs, info = _map_obs(self._flatten, obs, info)
-        return obs, state, reward, terminated, truncated, info
 
 
 def _key_name(k) -> str:
@@ -573,7 +581,7 @@ def structure_observation(obs, batch: int, keep_images: bool) -> dict[str, jax.A
     return out
 
 
-class StructuredObservation(VecEnvWrapper):
+class StructuredObservation(ObservationMap):
     """Observations (and info["final_observation"]) as a dict {name: [N, ...]}, for the built-in
     networks' dict path: what `FlattenObservation` is to one flat array, for dict (or NamedTuple)
     observations and image observations (`structure_observation` says what each entry becomes).
@@ -589,20 +597,11 @@ class StructuredObservation(VecEnvWrapper):
 
     def observation_space(self, params=None):
         example = jax.eval_shape(lambda k: self.venv.reset(k, params)[0], jax.random.key(0))
-        structured = jax.eval_shape(self._structure, example)
+        structured = jax.eval_shape(self.observation, example)
         return spaces.Dict({k: Box(-jnp.inf, jnp.inf, v.shape[1:], v.dtype) for k, v in structured.items()})
 
-    def _structure(self, x):
+    def observation(self, x):
         return structure_observation(x, self.num_envs, self.keep_images)
-
-    def reset(self, key: jax.Array, params=None):
-        obs, state = super().reset(key, params)
-        return self._structure(obs), state
-
-    def step(self, state: WrapperState, action: jax.Array, params=None, draws=None):
-        obs, state, reward, terminated, truncated, info = super().step(state, action, params, draws)
-        obs, info = _map_obs(self._structure, obs, info)
-        return obs, state, reward, terminated, truncated, info
 
 
 class ClipAction(VecEnvWrapper):
