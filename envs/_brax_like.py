@@ -28,6 +28,7 @@ from flax import struct
 
 from fusedrl.envs._gymnax import spaces
 from fusedrl.envs.base import Environment, EnvParams, EnvState
+from fusedrl.envs.suites import suite_code
 
 
 @struct.dataclass
@@ -50,13 +51,6 @@ def _same_types(new, old):
             f"entry added or dropped): {jax.tree.structure(new)} vs {jax.tree.structure(old)}."
         )
     return jax.tree.map(lambda n, o: jnp.asarray(n, jnp.result_type(o)), new, old)
-
-
-def _suite_numerics():
-    """The suite's code is traced with implicit rank promotion allowed: MJX broadcasts [3, 3]
-    against [3] and fails under `jax_numpy_rank_promotion="raise"` (which a user, or our test
-    suite, may have set for their own code)."""
-    return jax.numpy_rank_promotion("allow")
 
 
 class BraxLikeEnv(Environment):
@@ -87,11 +81,11 @@ class BraxLikeEnv(Environment):
     @functools.cached_property
     def _reset_shape(self) -> Any:
         # Abstract evaluation: the suite's `observation_size` runs a real (eager, slow) reset.
-        with _suite_numerics():
+        with suite_code():
             return jax.eval_shape(self.suite_env.reset, jax.ShapeDtypeStruct((), jax.random.key(0).dtype))
 
     def reset_env(self, key: jax.Array, params: BraxLikeParams) -> tuple[Any, BraxLikeState]:
-        with _suite_numerics():
+        with suite_code():
             inner = self.suite_env.reset(key)
         inner = jax.tree.map(jnp.asarray, inner)
         inner = inner.replace(reward=jnp.asarray(inner.reward, jnp.float32),
@@ -99,7 +93,7 @@ class BraxLikeEnv(Environment):
         return inner.obs, BraxLikeState(time=jnp.zeros((), jnp.int32), inner=inner)
 
     def step_env(self, key, state: BraxLikeState, action, params: BraxLikeParams):
-        with _suite_numerics():
+        with suite_code():
             inner = _same_types(self.suite_env.step(state.inner, action), state.inner)
         new = BraxLikeState(time=state.time + 1, inner=inner)
         terminated = inner.done > 0.5
@@ -135,11 +129,11 @@ def native_stepper_of(wrapped: Any, num_envs: int) -> tuple[Callable, Callable]:
         if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key):
             # Brax's EpisodeWrapper takes the batch shape as keys.shape[:-1]: raw uint32 keys [N, 2].
             keys = jax.random.key_data(keys)
-        with _suite_numerics():
+        with suite_code():
             return wrapped.reset(keys)
 
     def step(state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
-        with _suite_numerics():
+        with suite_code():
             state = wrapped.step(state, action)
         return state, state.reward
 

@@ -32,13 +32,7 @@ from navix.rendering.cache import RenderingCache
 
 from fusedrl.envs._gymnax import environment, spaces
 from fusedrl.envs.base import Environment
-
-
-def _navix_code():
-    """Navix's own code broadcasts across ranks implicitly ([1, 2] positions against [2]): run it with
-    rank promotion allowed even where the user's jax config raises on it (fusedrl's tests do)."""
-    return jax.numpy_rank_promotion("allow")
-
+from fusedrl.envs.suites import suite_code
 
 #: A one-pixel stand-in for navix's rendering cache, read only by its RGB observations.
 _NO_CACHE = RenderingCache(patches=jnp.zeros((1, 1, 1, 3), jnp.uint8))
@@ -87,7 +81,7 @@ class NavixEnv(Environment):
         return self._num_actions
 
     def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        with _navix_code():
+        with suite_code():
             timestep = self._env.reset(key, _NO_CACHE)
         return timestep.observation, EnvState(timestep=timestep, time=jnp.zeros((), jnp.int32))
 
@@ -95,7 +89,7 @@ class NavixEnv(Environment):
         # Navix's transition without its reset; its own time limit follows ours (its penalty term,
         # zero for navix's registered envs, is scaled by it).
         env = self._env.replace(max_steps=params.max_steps_in_episode)
-        with _navix_code():
+        with suite_code():
             timestep = env._step(state.timestep, jnp.asarray(action, jnp.int32))
         terminated = timestep.step_type == StepType.TERMINATION
         state = EnvState(timestep=timestep, time=state.time + 1)
@@ -135,11 +129,11 @@ def native_stepper(name: str, num_envs: int):
     env = navix.make(name)
 
     def init(key: jax.Array):
-        with _navix_code():
+        with suite_code():
             return jax.vmap(env.reset)(jax.random.split(key, num_envs))
 
     def step(carry, action: jax.Array):
-        with _navix_code():
+        with suite_code():
             timestep = jax.vmap(env.step)(carry, action)
         return timestep, timestep.reward.astype(jnp.float32)
 

@@ -32,14 +32,7 @@ from xminigrid.wrappers import GymAutoResetWrapper
 
 from fusedrl.envs._gymnax import environment, spaces
 from fusedrl.envs.base import Environment
-
-
-def _suite_code():
-    """Some of the suite's code broadcasts across ranks implicitly (LockedRoom's [2] against [1, 2]):
-    run it with rank promotion allowed even where the user's jax config raises on it (fusedrl's
-    tests do)."""
-    return jax.numpy_rank_promotion("allow")
-
+from fusedrl.envs.suites import suite_code
 
 #: Ids that need a benchmark download (a ruleset) to mean anything; see the module docstring.
 NEEDS_BENCHMARK_PREFIX = "XLand-MiniGrid-"
@@ -84,7 +77,7 @@ class XMiniGridEnv(Environment):
         return int(self._env.num_actions(self._params))
 
     def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        with _suite_code():
+        with suite_code():
             timestep = self._env.reset(self._params, key)
         return timestep.observation, EnvState(timestep=timestep, time=jnp.zeros((), jnp.int32))
 
@@ -92,7 +85,7 @@ class XMiniGridEnv(Environment):
         # The suite's step reads `max_steps` for its time-penalised reward and its own truncation
         # flag (not used here): it gets our time limit, traced.
         suite_params = self._params.replace(max_steps=params.max_steps_in_episode)
-        with _suite_code():
+        with suite_code():
             timestep = self._env.step(suite_params, state.timestep, jnp.asarray(action, jnp.int32))
         terminated = timestep.discount == 0.0
         timestep = timestep.replace(step_type=timestep.step_type.astype(jnp.uint8),
@@ -147,11 +140,11 @@ def native_stepper(name: str, num_envs: int):
     env = GymAutoResetWrapper(env)
 
     def init(key: jax.Array):
-        with _suite_code():
+        with suite_code():
             return jax.vmap(env.reset, in_axes=(None, 0))(params, jax.random.split(key, num_envs))
 
     def step(carry, action: jax.Array):
-        with _suite_code():
+        with suite_code():
             timestep = jax.vmap(env.step, in_axes=(None, 0, 0))(params, carry, action)
         return timestep, timestep.reward.astype(jnp.float32)
 

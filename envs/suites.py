@@ -62,6 +62,16 @@ class SuiteNotInstalledError(ImportError):
     """A suite's env was asked for, but the suite (its extra) is not installed."""
 
 
+def suite_code():
+    """A context in which adapters run a suite's own code: implicit rank promotion allowed, since
+    suites broadcast across ranks (MJX [3, 3] against [3], navix [1, 2] positions against [2],
+    XLand-MiniGrid's LockedRoom [2] against [1, 2]) even where the user's jax config raises on it
+    (fusedrl's tests do)."""
+    import jax
+
+    return jax.numpy_rank_promotion("allow")
+
+
 def split_id(env_id: str) -> tuple[str, str] | None:
     """(prefix, name) when `env_id` names a suite's env ("brax:ant" -> ("brax", "ant")), else None."""
     prefix, sep, name = env_id.partition(":")
