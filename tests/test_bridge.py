@@ -202,20 +202,27 @@ def test_jit_and_vmap_refuse_with_a_clear_error(tiny):
         fusedrl.evaluate(PPOConfig(**TINY), tiny[2], jax.random.key(0), num_episodes=2)
 
 
+def _collect(config):
+    """One rollout of `config` through the bridge: (train, hp, the state before and after it, episode,
+    steps, host) as `HostPPO.reset_envs` and `HostPPO.collect` leave them."""
+    train = make_train(config)
+    hp = train.default_hparams()
+    envs = train.env.make_vec(config.num_envs)
+    try:
+        before, episode = train.reset_envs(envs, train.init(jax.random.key(0), hp))
+        after, episode, (steps, host) = train.collect(envs, before, episode)
+    finally:
+        envs.close()
+    return train, hp, before, after, episode, steps, host
+
+
 def _collect_with_a_five_step_limit():
     """One 12-step rollout of 3 Gymnasium CartPoles under a 5-step time limit: every episode is
     truncated (CartPole cannot fall within 5 steps), twice per env. (train, hp, state, episode,
     steps, host) as `HostPPO.collect` leaves them."""
     config = PPOConfig(env_id=CARTPOLE, num_envs=3, num_steps=12, total_timesteps=36,
                        hidden_sizes=(8,), env_params={"max_episode_steps": 5})
-    train = make_train(config)
-    hp = train.default_hparams()
-    envs = train.env.make_vec(config.num_envs)
-    try:
-        state, episode = train.reset_envs(envs, train.init(jax.random.key(0), hp))
-        state, episode, (steps, host) = train.collect(envs, state, episode)
-    finally:
-        envs.close()
+    train, hp, _, state, episode, steps, host = _collect(config)
     return train, hp, state, episode, steps, host
 
 
@@ -245,14 +252,7 @@ def test_a_recurrent_policy_carries_its_state_and_starts_each_episode_afresh():
     of the sequence from the state before it, reset where an episode ended; so PPO's first
     minibatch sees the policy it acted with (KL 0, nothing clipped)."""
     config = PPOConfig(**{**RECURRENT, "env_params": {"max_episode_steps": 5}})
-    train = make_train(config)
-    hp = train.default_hparams()
-    envs = train.env.make_vec(config.num_envs)
-    try:
-        state, episode = train.reset_envs(envs, train.init(jax.random.key(0), hp))
-        after, _, (steps, host) = train.collect(envs, state, episode)
-    finally:
-        envs.close()
+    train, hp, state, after, _, steps, host = _collect(config)
     start = steps[5]
     assert start is state.policy_state and not np.asarray(start).any()  # every env at an episode start
     _, traj = train.transition(state.env_state, steps, host, hp.gamma)
