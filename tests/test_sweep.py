@@ -985,14 +985,11 @@ def test_data_parallel_episode_statistics_are_the_agents():
         np.testing.assert_allclose(last, want[-1], rtol=1e-6, err_msg=name)
 
 
-def test_data_parallel_normalizes_advantages_over_the_agents_minibatch(monkeypatch):
-    """4 shards of 1 env x 1 step: each shard's minibatch is one transition, the agent's four.
-    The advantages are normalised over the agent's four, so the run is valid (PPOConfig refuses
-    one-transition minibatches under normalize_adv only because they would all be 0) and learns
-    as one agent with the four envs learns from the same rollout."""
-    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=1, total_timesteps=4 * 3,
-                       update_epochs=2, num_minibatches=1, hidden_sizes=(8,))
-    built = []  # the shards' trainer
+def _four_shards_and_one_agent(config, monkeypatch):
+    """`config` trained data-parallel over 4 shards on one device, the shards' trainer (caught as
+    data_parallel builds it), and one agent of the same config with its first rollout:
+    (agent's TrainResult, shard trainer, single trainer, hp, state, traj)."""
+    built = []
 
     def spy(*args, **kwargs):
         built.append(make_train(*args, **kwargs))
@@ -1000,12 +997,23 @@ def test_data_parallel_normalizes_advantages_over_the_agents_minibatch(monkeypat
 
     monkeypatch.setattr(data_parallel, "make_train", spy)
     agent = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(0))
-    assert np.isfinite(agent.metrics["policy_loss"]).all()
     (shard,) = built
     single = make_train(config)
     hp = single.default_hparams()
     state = single.init(jax.random.key(0), hp)
     state, traj = single.rollout(state, hp, single.make_env(hp), jax.random.key(1))
+    return agent, shard, single, hp, state, traj
+
+
+def test_data_parallel_normalizes_advantages_over_the_agents_minibatch(monkeypatch):
+    """4 shards of 1 env x 1 step: each shard's minibatch is one transition, the agent's four.
+    The advantages are normalised over the agent's four, so the run is valid (PPOConfig refuses
+    one-transition minibatches under normalize_adv only because they would all be 0) and learns
+    as one agent with the four envs learns from the same rollout."""
+    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=1, total_timesteps=4 * 3,
+                       update_epochs=2, num_minibatches=1, hidden_sizes=(8,))
+    agent, shard, single, hp, state, traj = _four_shards_and_one_agent(config, monkeypatch)
+    assert np.isfinite(agent.metrics["policy_loss"]).all()
     want = single.learn_from_rollout(state, traj, hp)[0].params
     per_shard = jax.tree.map(lambda x: jnp.stack(jnp.split(x, 4, axis=1)), traj)  # env i on shard i
     got = jax.vmap(lambda t: shard.learn_from_rollout(state, t, hp)[0].params, axis_name=DATA_AXIS)(per_shard)
@@ -1339,22 +1347,10 @@ def test_data_parallel_a2c_normalizes_advantages_over_the_agents_batch(monkeypat
 
     config = A2CConfig(env_id="CartPole-v1", num_envs=4, num_steps=1, total_timesteps=4 * 3,
                        hidden_sizes=(8,), normalize_adv=True)
-    built = []
-
-    def spy(*args, **kwargs):
-        built.append(make_train(*args, **kwargs))
-        return built[-1]
-
-    monkeypatch.setattr(data_parallel, "make_train", spy)
-    agent = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(0))
+    agent, shard, single, hp, state, traj = _four_shards_and_one_agent(config, monkeypatch)
     assert np.isfinite(agent.metrics["policy_loss"]).all()
     assert np.asarray(agent.metrics["env_steps"]).tolist() == [4, 8, 12]
-    (shard,) = built
     assert type(shard.config) is A2CConfig and shard.config.num_envs == 1
-    single = make_train(config)
-    hp = single.default_hparams()
-    state = single.init(jax.random.key(0), hp)
-    state, traj = single.rollout(state, hp, single.make_env(hp), jax.random.key(1))
     want = single.learn_from_rollout(state, traj, hp)[0].params
     per_shard = jax.tree.map(lambda x: jnp.stack(jnp.split(x, 4, axis=1)), traj)
     got = jax.vmap(lambda t: shard.learn_from_rollout(state, t, hp)[0].params, axis_name=DATA_AXIS)(per_shard)
@@ -1372,22 +1368,10 @@ def test_data_parallel_reinforce_takes_its_means_over_the_agents_steps(monkeypat
     from fusedrl.train import ReinforceConfig
 
     config = ReinforceConfig(**REINFORCE_DP)
-    built = []
-
-    def spy(*args, **kwargs):
-        built.append(make_train(*args, **kwargs))
-        return built[-1]
-
-    monkeypatch.setattr(data_parallel, "make_train", spy)
-    agent = data_parallel_train(config, jax.devices()[:1], num_shards=4)(jax.random.key(0))
+    agent, shard, single, hp, state, traj = _four_shards_and_one_agent(config, monkeypatch)
     assert np.isfinite(agent.metrics["policy_loss"]).all() and agent.metrics["episodes_completed"].sum() > 0
     assert np.asarray(agent.metrics["env_steps"]).tolist() == [32, 64, 96]
-    (shard,) = built
     assert type(shard.config) is ReinforceConfig and shard.config.num_envs == 1
-    single = make_train(config)
-    hp = single.default_hparams()
-    state = single.init(jax.random.key(0), hp)
-    state, traj = single.rollout(state, hp, single.make_env(hp), jax.random.key(1))
     # Episode ends [T, N] that give the shards 5, 0, 8 and 2 steps with a return.
     done = np.zeros((8, 4), bool)
     done[[2, 4], 0] = done[7, 2] = done[1, 3] = True
