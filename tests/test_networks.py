@@ -1,5 +1,6 @@
 """Initialisers, distributions and the actor-critic against references."""
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -40,6 +41,24 @@ def test_actor_critic_init_under_vmap_has_no_custom_call():
     keys = jax.random.split(jax.random.key(0), 8)
     hlo = jax.jit(jax.vmap(lambda k: net.init(k, jnp.zeros((1, 4))))).lower(keys).compile().as_text()
     assert "custom-call" not in hlo
+
+
+def test_applying_dense_does_not_run_its_initialisers():
+    # flax's `self.param` traces the initialiser again at every apply to check the stored shape;
+    # Dense checks the shape itself, so a training program traces no initialiser.
+    calls = []
+
+    def counting(key, shape, dtype=jnp.float32):
+        calls.append(shape)
+        return jnp.zeros(shape, dtype)
+
+    layer = Dense(3, kernel_init=counting, bias_init=counting)
+    params = layer.init(jax.random.key(0), jnp.ones((2, 4)))
+    assert len(calls) == 2
+    jax.jit(layer.apply)(params, jnp.ones((2, 4)))
+    assert len(calls) == 2
+    with pytest.raises(flax.errors.ScopeParamShapeError, match=r"shape \(5, 3\).*shape \(4, 3\)"):
+        layer.apply(params, jnp.ones((2, 5)))  # a stored kernel of another input width
 
 
 def test_categorical_against_numpy():

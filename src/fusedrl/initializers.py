@@ -11,6 +11,7 @@ elementwise ops only: no custom call, nothing for a thread pool to deadlock on.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -40,14 +41,24 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=jnp.float32):
     def init(key, shape, dtype=dtype):
         if len(shape) < 2:
             raise ValueError(f"orthogonal initializer needs a shape of rank >= 2, got {shape}.")
-        n_cols = shape[column_axis]
-        n_rows = math.prod(shape) // n_cols
-        z = jax.random.normal(key, (max(n_rows, n_cols), min(n_rows, n_cols)), dtype)
-        q = _orthonormal_columns(z)
-        if n_rows < n_cols:
-            q = q.T
-        q = jnp.reshape(q, tuple(np.delete(shape, column_axis)) + (n_cols,))
-        q = jnp.moveaxis(q, -1, column_axis)
-        return jnp.asarray(scale, dtype) * q
+        return _orthogonal(key, tuple(shape), float(scale), column_axis, jnp.dtype(dtype))
 
     return init
+
+
+# One jitted function behind every initializer `orthogonal` returns: JAX traces it once per
+# (shape, scale, axis, dtype) in a process, not once per layer. The actor and critic torsos share
+# shapes, and flax's own modules (the conv torso, the recurrent cells) trace each parameter's
+# initializer again with `jax.eval_shape` at every call, to check the stored shape. Inlined, so
+# the program is the one the plain function gives.
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4), inline=True)
+def _orthogonal(key, shape, scale, column_axis, dtype):
+    n_cols = shape[column_axis]
+    n_rows = math.prod(shape) // n_cols
+    z = jax.random.normal(key, (max(n_rows, n_cols), min(n_rows, n_cols)), dtype)
+    q = _orthonormal_columns(z)
+    if n_rows < n_cols:
+        q = q.T
+    q = jnp.reshape(q, tuple(np.delete(shape, column_axis)) + (n_cols,))
+    q = jnp.moveaxis(q, -1, column_axis)
+    return jnp.asarray(scale, dtype) * q

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -34,11 +35,23 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
-        bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
+        kernel = self._param("kernel", self.kernel_init, (x.shape[-1], self.features))
+        bias = self._param("bias", self.bias_init, (self.features,))
         x, kernel, bias = (a.astype(self.dtype) for a in (x, kernel, bias))
         y = x @ kernel
         return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))  # no implicit rank promotion
+
+    def _param(self, name: str, init: Callable, shape: tuple[int, ...]) -> jax.Array:
+        """`self.param(name, init, shape, float32)`, with the stored parameter's shape checked
+        directly when applied: flax's own check traces `init` again (`jax.eval_shape`) at every
+        call of the module, which made the initialisers a large share of a training program's
+        tracing time."""
+        if not self.has_variable("params", name):
+            return self.param(name, init, shape, jnp.float32)
+        value = self.get_variable("params", name)
+        if np.shape(value) != shape:
+            raise flax.errors.ScopeParamShapeError(name, self.scope.path_text, np.shape(value), shape)
+        return value
 
 
 def _dense(features: int, scale: float, name: str, dtype: Any) -> Dense:
