@@ -107,11 +107,17 @@ def compile_in_pieces(init, init_args: Sequence, advance, advance_args: Sequence
                       pieces: Pieces) -> tuple[Any, dict[int, Any]]:
     """Compiles jitted `init(*init_args)` -> states and, once per distinct piece length n in
     `pieces`, jitted `advance(states, *advance_args, first_update, n)` (n static): the executables
-    `continue_in_pieces` calls. The states' shapes come from the lowered `init` (no second trace)."""
+    `continue_in_pieces` calls. The states' shapes come from the lowered `init` (no second trace).
+
+    XLA compiles `init` (or loads it from the persistent compile cache) in a second thread while
+    this one traces and lowers `advance`: XLA works without holding Python's lock, tracing holds it."""
     lowered = init.lower(*init_args)
     first = jax.ShapeDtypeStruct((), jnp.int32)
-    return lowered.compile(), {n: advance.lower(lowered.out_info, *advance_args, first, n).compile()
-                               for n in sorted({n for _, n in pieces})}
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fusedrl-compile") as pool:
+        init_compiled = pool.submit(lowered.compile)
+        advances = {n: advance.lower(lowered.out_info, *advance_args, first, n).compile()
+                    for n in sorted({n for _, n in pieces})}
+        return init_compiled.result(), advances
 
 
 def continue_in_pieces(states, advance: Callable, pieces: Pieces,
