@@ -59,6 +59,10 @@ def test_applying_dense_does_not_run_its_initialisers():
     assert len(calls) == 2
     with pytest.raises(flax.errors.ScopeParamShapeError, match=r"shape \(5, 3\).*shape \(4, 3\)"):
         layer.apply(params, jnp.ones((2, 5)))  # a stored kernel of another input width
+    # Boxed parameters (flax's partitioning metadata) are unboxed as flax's own `param` does.
+    boxed = Dense(3, kernel_init=nn.with_partitioning(nn.initializers.ones, (None, "model")))
+    params = boxed.init(jax.random.key(0), jnp.ones((2, 4)))
+    np.testing.assert_array_equal(boxed.apply(params, jnp.ones((2, 4))), np.full((2, 3), 4.0))
 
 
 def test_categorical_against_numpy():

@@ -48,7 +48,7 @@ class Dense(nn.Module):
         tracing time."""
         if not self.has_variable("params", name):
             return self.param(name, init, shape, jnp.float32)
-        value = self.get_variable("params", name)
+        value = nn.meta.unbox(self.get_variable("params", name))  # as self.param: no partitioning box
         if np.shape(value) != shape:
             raise flax.errors.ScopeParamShapeError(name, self.scope.path_text, np.shape(value), shape)
         return value
