@@ -107,3 +107,126 @@ def test_seed_statistics_are_population_std_and_min_max_of_known_seeds():
     np.testing.assert_allclose(high, [-1.0, -5.0, -2.0])
     none = seed_statistics(np.full((2, 1), np.nan))
     assert all(np.isnan(x).all() for x in none)
+
+
+# ------------------------------------------------------------- IQM and its bootstrap interval
+def _iqm_reference(values):
+    """rliable's published definition: the mean of the middle 50% (trim 25% at each end, rounded down)."""
+    v = np.sort(np.asarray(values, np.float64).ravel())
+    cut = int(0.25 * len(v))
+    return v[cut:len(v) - cut].mean()
+
+
+def test_iqm_is_the_mean_of_the_middle_half():
+    from fusedrl.plotting import iqm
+
+    assert iqm(np.arange(1.0, 9.0)) == 4.5  # 1..8: the mean of 3, 4, 5, 6
+    rng = np.random.default_rng(0)
+    for n in range(1, 10):
+        scores = rng.standard_cauchy((n, 7))
+        np.testing.assert_allclose(iqm(scores, axis=0), [_iqm_reference(c) for c in scores.T], rtol=1e-12)
+
+
+def test_bootstrap_interval_is_the_percentile_interval_of_every_resample():
+    # 4 runs of one task: the 4**4 resamples are equally likely; the interval's ends are the 2.5th and
+    # 97.5th percentiles of their IQMs (up to the bootstrap's sampling: between the 1.5th and 3.5th).
+    import itertools
+
+    from fusedrl.plotting import stratified_bootstrap_interval
+
+    scores = np.array([3.0, 10.0, 11.0, 40.0])
+    exact = [_iqm_reference(scores[list(i)]) for i in itertools.product(range(4), repeat=4)]
+    low, high = stratified_bootstrap_interval(scores[:, None, None], reps=20000)
+    assert np.percentile(exact, 1.5) <= low[0] <= np.percentile(exact, 3.5), (low, np.percentile(exact, 2.5))
+    assert np.percentile(exact, 96.5) <= high[0] <= np.percentile(exact, 98.5), high
+
+
+def test_bootstrap_resamples_runs_within_each_task():
+    # Stratified: every resample keeps 3 runs of each task, so the IQM of (0, 0, 0, 10, 10, 10) is 5
+    # in all of them; resampling the 6 scores as one pool would spread it.
+    from fusedrl.plotting import stratified_bootstrap_interval
+
+    scores = np.array([[0.0, 10.0]] * 3)[:, :, None]  # [runs, tasks, points]
+    low, high = stratified_bootstrap_interval(scores, reps=500)
+    assert low[0] == high[0] == 5.0
+
+
+def test_the_band_never_leaves_the_range_the_seeds_reached():
+    from fusedrl.plotting import iqm_band
+
+    rng = np.random.default_rng(1)
+    y = np.clip(rng.standard_cauchy((3, 300)) * 50 + 250, 0, 500)  # heavy tails, few seeds
+    y[0, :5] = np.nan  # seed 0 has no episode yet
+    center, low, high = iqm_band(y, reps=500)
+    lo_seen, hi_seen = np.nanmin(y, 0), np.nanmax(y, 0)
+    assert np.all(lo_seen <= low) and np.all(high <= hi_seen)
+    assert np.all(low <= center) and np.all(center <= high)
+    np.testing.assert_allclose(center[5:], [_iqm_reference(c) for c in y[:, 5:].T])
+    np.testing.assert_allclose(center[:5], y[1:, :5].mean(0))  # the two seeds with values
+
+
+def _write_run(path, metrics, env_id="CartPole-v1"):
+    """A run folder as `fusedrl train` writes its metrics.csv (the library's own writer)."""
+    import json
+
+    from fusedrl.loggers import format_rows, metrics_to_rows
+
+    path.mkdir(parents=True)
+    (path / "metrics.csv").write_text(format_rows(metrics_to_rows(metrics), header=True))
+    (path / "config.json").write_text(json.dumps({"algo": "ppo", "ppo": {"env_id": env_id}}))
+
+
+def _metrics(seeds, updates, seed=0):
+    from fusedrl.train.ppo import METRIC_NAMES
+
+    rng = np.random.default_rng(seed)
+    out = {name: rng.normal(size=(seeds, updates)) for name in METRIC_NAMES}
+    out["episode_length"] = np.where(np.arange(updates) < 2, 0, 20 + np.arange(updates)) * np.ones((seeds, 1))
+    out["episode_return"] = np.where(out["episode_length"] > 0, rng.uniform(0, 500, (seeds, updates)), 0.0)
+    out["env_steps"] = np.tile((np.arange(updates) + 1) * 64, (seeds, 1))
+    return out
+
+
+def test_plot_command_writes_a_png_of_one_run_and_of_several(tmp_path, capsys):
+    from fusedrl.cli import main
+    from fusedrl.plot_cli import read_run_metrics
+
+    metrics = _metrics(4, 30)
+    _write_run(tmp_path / "a", metrics)
+    _write_run(tmp_path / "b", _metrics(1, 20, seed=1))
+    read = read_run_metrics(tmp_path / "a")  # what the figure draws: the run's metrics, placeholders NaN
+    np.testing.assert_allclose(read["episode_return"][:, 2:], metrics["episode_return"][:, 2:])
+    assert np.isnan(read["episode_return"][:, :2]).all()
+    for runs, out in ([["a"], "one.png"], [["a", "b"], "two.png"]):
+        assert main(["plot", *(str(tmp_path / r) for r in runs), "--out", str(tmp_path / out)]) == 0
+        assert (tmp_path / out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("what, message", [
+    ("missing", "no run folder"), ("empty", "has no metrics.csv"), ("sweep", "is a sweep folder"),
+])
+def test_plot_command_names_what_is_not_a_run(tmp_path, capsys, what, message):
+    from fusedrl.cli import main
+
+    run = tmp_path / "run"
+    if what != "missing":
+        run.mkdir()
+    if what == "sweep":
+        (run / "sweep.json").write_text("{}")
+    assert main(["plot", str(run), "--out", str(tmp_path / "x.png")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "x.png").exists()
+
+
+def test_legend_sits_outside_the_axes():
+    metrics = _metrics(3, 40)
+    fig = curve_figure(metrics)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert legend.x0 >= ax.get_window_extent(renderer).x1  # right of the axes: it covers no curve
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:3] == ["seed 0", "seed 1", "seed 2"] and labels[-1] == "IQM of 3 seeds", labels

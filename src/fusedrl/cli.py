@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fusedrl import __version__
+from fusedrl._cli_parser import SuggestingParser
 from fusedrl._argtypes import (
     UsageError,
     add_import_option,
@@ -61,7 +62,7 @@ The run folder gets config.json, metrics.csv, learning_curve.png, checkpoint/, s
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(  # "did you mean --num-seeds?" for every subcommand's mistyped options
         prog="fusedrl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"fusedrl {__version__}")
@@ -133,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sweep_parser(sub)
     add_compile_cache_option(sub.choices["sweep"])
+    from fusedrl.plot_cli import add_plot_parser
+
+    add_plot_parser(sub)
     # The profiler has its own parser (also `python -m fusedrl.bench profile`): pass its args through.
     prof = sub.add_parser(
         "profile", add_help=False,
@@ -149,6 +153,12 @@ def add_compile_cache_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-compile-cache", action="store_true",
                         help=f"compile every program here instead of loading it from fusedrl's compile "
                              f"cache (~/.cache/fusedrl/jax), and save none there; or set {ENV_VAR}=0")
+
+
+def cmd_plot(args) -> int:
+    from fusedrl.plot_cli import cmd_plot as plot
+
+    return plot(args)
 
 
 def cmd_sweep(args) -> int:
@@ -540,11 +550,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.started = started
     commands = {
         "train": cmd_train, "evaluate": cmd_evaluate, "envs": cmd_envs,
-        "sweep": cmd_sweep,
+        "sweep": cmd_sweep, "plot": cmd_plot,
     }
     spinner = None
     try:
-        import_modules(args.imports)
+        import_modules(getattr(args, "imports", []))  # `plot` imports no env module
         if getattr(args, "no_compile_cache", None) is not None:
             use_compile_cache(args.no_compile_cache)
         if args.command in ("train", "evaluate", "sweep") and not getattr(args, "no_progress", False):
