@@ -3,6 +3,7 @@
 from fusedrl.envs.acrobot import Acrobot, AcrobotParams
 from fusedrl.envs.base import (
     Box,
+    Dict,
     Discrete,
     Environment,
     EnvParams,
@@ -17,7 +18,7 @@ from fusedrl.envs.mountain_car import MountainCar, MountainCarParams
 from fusedrl.envs.mountain_car_continuous import MountainCarContinuous, MountainCarContinuousParams
 from fusedrl.envs.pendulum import Pendulum, PendulumParams
 from fusedrl.envs.probes import PROBE_IDS, PROBES
-from fusedrl.envs.registry import make, register, registered_ids
+from fusedrl.envs.registry import check_env_id, make, register, registered_ids
 from fusedrl.envs.vector import StepDraws, VecEnv, VecEnvState
 
 register("CartPole-v1", CartPole)
@@ -36,6 +37,7 @@ __all__ = [
     "CartPole",
     "CartPoleNoVelocity",
     "CartPoleParams",
+    "Dict",
     "Discrete",
     "EnvParams",
     "EnvState",
@@ -52,6 +54,7 @@ __all__ = [
     "StepDraws",
     "VecEnvState",
     "check_action",
+    "check_env_id",
     "check_params",
     "make",
     "register",

@@ -25,6 +25,7 @@ EnvState = environment.EnvState
 EnvParams = environment.EnvParams
 Discrete = spaces.Discrete
 Box = spaces.Box
+Dict = spaces.Dict  # a dict observation of Boxes (an `action_mask` entry masks the policy)
 
 
 class MultiDiscrete(spaces.Space):

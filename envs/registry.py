@@ -257,6 +257,43 @@ def check_env_param(env_id: str, name: str, value: Any, default: Any) -> Any:
     return value if isinstance(value, int | float) else x
 
 
+def check_env_id(env_id: str) -> None:
+    """Raises the error `make(env_id)` would for an id that names no environment (the closest ids
+    named), without building one. A "gymnasium:" id is left to `make` (Gymnasium resolves it)."""
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a string, got {type(env_id).__name__}.")
+    if env_id in _REGISTRY or env_id.startswith(GYMNASIUM_PREFIX):
+        return
+    if env_id.startswith(GYMNAX_PREFIX):
+        import gymnax
+
+        if env_id[len(GYMNAX_PREFIX):] not in gymnax.registered_envs:
+            raise _unknown(env_id, registered_ids())
+    elif suite := suites.split_id(env_id):
+        prefix, name = suite
+        module = suites.adapter(prefix)  # not installed: the error names the install command
+        if name not in module.env_names():
+            why = getattr(module, "unavailable", lambda name: None)(name)
+            raise ValueError(f"{env_id}: {why}") if why else _unknown(env_id, suites.env_ids(prefix))
+    else:
+        prefix = env_id.partition(":")[0] + ":"
+        if ":" in env_id and prefix[:-1] not in suites.known_prefixes() and not any(
+                i.startswith(prefix) for i in _REGISTRY):
+            raise _unknown_prefix(env_id)
+        raise _unknown(env_id, registered_ids())
+
+
+#: Ids that `fusedrl envs` leaves out unless --all: test envs (the probes, Brax's trivial `fast`).
+HIDDEN_PREFIXES = ("probe:",)
+HIDDEN_IDS = ("brax:fast",)
+
+
+def is_public(env_id: str) -> bool:
+    """Whether `fusedrl envs` lists `env_id` by default: not a test env (`HIDDEN_PREFIXES`,
+    `HIDDEN_IDS`); the probes and `brax:fast` still build with `make`."""
+    return env_id not in HIDDEN_IDS and not env_id.startswith(HIDDEN_PREFIXES)
+
+
 def make(env_id: str, **overrides) -> tuple[Any, Any]:
     """Builds an environment and its default params.
 

@@ -447,7 +447,8 @@ def test_a_gymnasium_id_takes_the_preset_of_its_jax_twin():
     # No preset: a Gymnasium env without a JAX twin, and gymnax's Breakout under another prefix.
     for env_id in ["gymnasium:Taxi-v3", "gymnasium:Breakout-MinAtar", "Breakout-MinAtar"]:
         assert preset_source(env_id) is None and not has_preset(env_id)
-        assert preset(env_id) == PPOConfig(env_id=env_id)
+        if env_id != "Breakout-MinAtar":  # that one names no env: refused (tests/test_cli_rough_edges.py)
+            assert preset(env_id) == PPOConfig(env_id=env_id)
 
 
 def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):
@@ -487,7 +488,7 @@ def test_only_gymnasium_ids_borrow_a_twins_preset():
 
     for env_id in ["gymnax:CartPole-v1", "other:Pendulum-v1"]:
         assert preset_source(env_id) is None
-        assert preset(env_id) == PPOConfig(env_id=env_id)  # the defaults, not the twin's preset
+    assert preset("gymnax:CartPole-v1") == PPOConfig(env_id="gymnax:CartPole-v1")  # defaults, not the twin's
     assert preset_source(CARTPOLE) == "CartPole-v1"
 
 

@@ -66,10 +66,10 @@ def test_time_line_adds_up_to_the_wall_time():
     wall, *parts = (float(x) for x in re.findall(r"([\d.]+) s", first))
     assert first.startswith("  wall 12.0 s = compile 3.0 s + train 5.5 s + evaluate 1.3 s + setup")
     assert sum(parts) == pytest.approx(wall, abs=0.15)
-    assert line.splitlines()[1] == "  programs: from the compile cache"
+    assert line.splitlines()[1] == "  compile cache: all 4 XLA programs loaded, none compiled"
     # Some programs compiled anew: the line says how many came from the cache.
     partly = cli.time_line({**summary, "progress_every": 10}, 12.0, zero, {"requests": 4, "hits": 3})
-    assert partly.splitlines()[1] == "  programs: 3 of 4 programs from the compile cache"
+    assert partly.splitlines()[1] == "  compile cache: 3 of 4 XLA programs loaded, 1 compiled and saved"
     # The bridge has no separate compile; the cache off: no programs line.
     bridge = cli.time_line({**summary, "compile_seconds": None}, 8.0, zero, zero)
     assert bridge == "  wall 8.0 s = train 5.5 s + evaluate 1.3 s + setup and saving 1.2 s"

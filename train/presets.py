@@ -210,8 +210,14 @@ def preset(env_id: str, *, algo: str = "ppo", **overrides) -> OnPolicyConfig:
     """The tuned config of algorithm `algo` ("ppo": a `PPOConfig`, "a2c": an `A2CConfig`,
     "reinforce": a `ReinforceConfig`) for `env_id` (see `preset_source`), with `overrides` applied.
 
-    An env without a preset gets the config's defaults (PPO's are PureJaxRL's) and `env_id`.
+    An env without a tuned preset (`has_preset` False) gets the config's defaults (PPO's are
+    PureJaxRL's CartPole settings) and `env_id`; an id that names no environment is refused as
+    `fusedrl.make` refuses it, with the closest ids (`fusedrl.envs.check_env_id`).
     """
+    if not has_preset(env_id, algo):
+        from fusedrl.envs.registry import check_env_id
+
+        check_env_id(env_id)
     return config_class(algo)(**{**preset_fields(env_id, algo), **overrides, "env_id": env_id})
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -18,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fusedrl import __version__
-from fusedrl._cli_parser import SuggestingParser
 from fusedrl._argtypes import (
     UsageError,
     add_import_option,
@@ -30,6 +31,7 @@ from fusedrl._argtypes import (
     positive_int,
     seed_arg,
 )
+from fusedrl._cli_parser import SuggestingParser
 
 # JAX, the environments and the trainer are imported where a command needs them, so that
 # `fusedrl --help` and usage errors answer at once.
@@ -128,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also describe every gymnax environment's spaces (not MNIST's: it downloads data)")
     v.add_argument("--suites", action="store_true",
                    help="also describe every installed suite env's spaces (slow: builds each)")
+    v.add_argument("--all", action="store_true",
+                   help="also list test envs (probe:*, brax:fast) and every brax:NAME@BACKEND pipeline")
     add_import_option(v)
 
     from fusedrl.sweep_cli import add_sweep_parser
@@ -280,6 +284,9 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
         raise CLIError(f"--resume continues the run as its config.json describes; drop {', '.join(given)} "
                        f"(to train differently, start a new run: --config {args.resume / 'config.json'} "
                        f"--out NEW_DIR).")
+    if not args.resume.is_dir():
+        raise CLIError(f"--resume {args.resume}: no such folder (give the run folder of an earlier "
+                       f"`fusedrl train`, e.g. runs/CartPole-v1).")
     try:
         config, options = load_run_config(args.resume)
     except (OSError, ValueError) as e:
@@ -345,7 +352,7 @@ def time_line(summary: dict[str, Any], wall: float, cache_before: dict[str, int]
     cache = describe(cache_before, cache_after)
     lines = [f"  wall {wall:.1f} s = {text} + setup and saving {other:.1f} s"]
     if cache is not None:
-        lines.append(f"  programs: {cache}")
+        lines.append(f"  compile cache: {cache}")
     return "\n".join(lines)
 
 
@@ -491,10 +498,16 @@ def _bound(x: float) -> str:
 
 def cmd_envs(args) -> int:
     from fusedrl.envs import make, registered_ids, suites
+    from fusedrl.envs.registry import is_public
     from fusedrl.train.presets import has_preset
 
-    rows, ours = [], set(registered_ids(include_gymnax=False))
+    rows, ours, variants = [], set(registered_ids(include_gymnax=False)), {}
     for env_id in registered_ids(include_gymnax=True, include_suites=True):
+        if not args.all and not is_public(env_id):  # test envs: the probes, brax:fast
+            continue
+        if not args.all and "@" in env_id:  # brax:ant@spring: one footnote per suite, not 40 rows
+            variants.setdefault(env_id.partition(":")[0], set()).add(env_id.partition("@")[2])
+            continue
         gymnax = env_id.startswith("gymnax:")
         suite = env_id not in ours and suites.split_id(env_id) is not None
         if (gymnax and (not args.gymnax or "MNIST" in env_id)) or (suite and not args.suites):
@@ -506,12 +519,11 @@ def cmd_envs(args) -> int:
         except Exception as e:  # one broken third-party env must not hide the others
             obs, act = f"(unavailable: {type(e).__name__})", ""
         rows.append((env_id, obs, act, "yes" if has_preset(env_id) else ""))
-    w = max(len(r[0]) for r in rows)
-    wo = max(len("observation space"), *(len(r[1]) for r in rows))
-    wa = max(len("action space"), *(len(r[2]) for r in rows))
-    print(f"{'id':<{w}}  {'observation space':<{wo}}  {'action space':<{wa}}  preset")
-    for r in rows:
-        print(f"{r[0]:<{w}}  {r[1]:<{wo}}  {r[2]:<{wa}}  {r[3]}".rstrip())
+    for line in env_table(rows, shutil.get_terminal_size((100, 24)).columns):
+        print(line)
+    for prefix, backends in variants.items():
+        pipelines = " or ".join(sorted(backends))
+        print(f"({prefix}:NAME@BACKEND: each env on the pipeline {pipelines}; --all lists them)")
     if not args.gymnax:
         print("(gymnax spaces: fusedrl envs --gymnax)")
     if not args.suites and any(suites.is_installed(p) for p in suites.SUITES):
@@ -520,6 +532,29 @@ def cmd_envs(args) -> int:
         if not suites.is_installed(prefix):
             print(f"({prefix}: {suite.about}; not installed: {suite.install})")
     return 0
+
+
+def env_table(rows: list[tuple[str, str, str, str]], width: int) -> list[str]:
+    """The lines of `fusedrl envs`' table (id, observation space, action space, preset), its space
+    columns wrapped at ", " to fit `width` characters (a long Dict space takes several lines)."""
+    import textwrap
+
+    w = max(len("id"), *(len(r[0]) for r in rows))
+    wa = min(max(len("action space"), *(len(r[2]) for r in rows)), 28)
+    wo = max(min(max(len("observation space"), *(len(r[1]) for r in rows)), width - w - wa - 12), 20)
+
+    def wrap(text: str, limit: int) -> list[str]:
+        return textwrap.wrap(text, limit, break_on_hyphens=False, break_long_words=True) or [""]
+
+    lines = [f"{'id':<{w}}  {'observation space':<{wo}}  {'action space':<{wa}}  preset"]
+    for env_id, obs, act, preset in rows:
+        obs_lines, act_lines = wrap(obs, wo), wrap(act, wa)
+        for i in range(max(len(obs_lines), len(act_lines))):
+            first = i == 0
+            cells = (env_id if first else "", obs_lines[i] if i < len(obs_lines) else "",
+                     act_lines[i] if i < len(act_lines) else "", preset if first else "")
+            lines.append(f"{cells[0]:<{w}}  {cells[1]:<{wo}}  {cells[2]:<{wa}}  {cells[3]}".rstrip())
+    return lines
 
 
 def use_compile_cache(off: bool) -> Path | None:
@@ -565,6 +600,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"fusedrl {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `fusedrl envs | head`: the reader left; no traceback, no flush error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a process that SIGPIPE ended
     finally:
         if spinner is not None:
             from fusedrl.progress import restore_spinner

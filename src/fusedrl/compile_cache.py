@@ -97,15 +97,15 @@ def _listen() -> None:
 
 
 def describe(before: dict[str, int], after: dict[str, int]) -> str | None:
-    """One phrase for the programs compiled between two `cache_counts()`, or None when none was
-    looked up: "from the compile cache", "2 of 3 programs from the compile cache" or "compiled,
-    now in the compile cache"."""
+    """One phrase for the XLA programs compiled between two `cache_counts()`, or None when none was
+    looked up: "all 4 XLA programs loaded, none compiled", "3 of 4 XLA programs loaded, 1 compiled and
+    saved" or "4 XLA programs compiled and saved (an identical run loads them)"."""
     requests = after["requests"] - before["requests"]
     hits = after["hits"] - before["hits"]
     if requests <= 0:
         return None
     if hits == requests:
-        return "from the compile cache"
+        return f"all {requests} XLA programs loaded, none compiled"
     if hits:
-        return f"{hits} of {requests} programs from the compile cache"
-    return "compiled, now in the compile cache"
+        return f"{hits} of {requests} XLA programs loaded, {requests - hits} compiled and saved"
+    return f"{requests} XLA programs compiled and saved (an identical run loads them)"
