@@ -419,7 +419,8 @@ def test_to_csv_and_plot(tmp_path):
 
     matplotlib.use("Agg")
     ax = r.plot(by="lr")
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lr=0.0001", "lr=0.0003"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "lr=0.0001 (IQM of 2 runs, 95% interval)", "lr=0.0003 (IQM of 2 runs, 95% interval)"]
 
 
 # ---------------------------------------------------------------------------------- streams

@@ -394,7 +394,6 @@ def write_outputs(result, out: Path, *, plots: bool = True, seed: int = 0, secon
         return
     for by in result.fields or ("seed",):
         ax = result.plot(by=by)
-        ax.figure.tight_layout()
         ax.figure.savefig(out / f"curves_by_{by}.png", dpi=120)
         plt.close(ax.figure)
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl.plotting import seed_statistics
+from fusedrl.plotting import iqm_band
 from fusedrl.train import Hyperparams, OnPolicyConfig, TrainResult, make_train
 from fusedrl.train.ppo import episode_values
 
@@ -260,8 +260,9 @@ class SweepResult:
     def plot(self, by: str | None = None, metric: str = "episode_return", ax=None):
         """Learning curves of `metric` against env steps, one line per value of `by`.
 
-        Each line is the mean over every run with that value (seeds and the other fields), with a
-        band of one standard deviation. `by` defaults to the first swept field (or "seed").
+        Each line is the interquartile mean over every run with that value (seeds and the other
+        fields), with its 95% stratified-bootstrap interval (`fusedrl.plotting.iqm_band`); the legend
+        sits right of the axes. `by` defaults to the first swept field (or "seed").
         Returns the matplotlib Axes (needs matplotlib, imported here only).
         """
         try:
@@ -281,18 +282,20 @@ class SweepResult:
         steps = np.asarray(self.metrics["env_steps"]).reshape(curves.shape)[0]
         labels = np.asarray(labels).reshape(-1)
         if ax is None:
-            _, ax = plt.subplots(figsize=(6, 4))
+            _, ax = plt.subplots(figsize=(8.4, 4), layout="constrained")
         for value in np.unique(labels):
             group = curves[labels == value]
-            mean, std, _, _ = seed_statistics(group)  # NaN-aware: before episodes end
+            center, low, high = iqm_band(group)  # NaN-aware: before episodes end
             label = f"{by}={as_python(value):g}" if by != "seed" else f"seed {value}"
-            (line,) = ax.plot(steps, mean, label=label)
             if len(group) > 1:
-                ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+                label += f" (IQM of {len(group)} runs, 95% interval)"
+            (line,) = ax.plot(steps, center, label=label)
+            if len(group) > 1:
+                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_xlabel("env steps")
         ax.set_ylabel(metric)
         ax.set_title(f"{self.config.env_id}: {metric} by {by}")
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
         return ax
 
     def _metric(self, metric: str) -> np.ndarray:
