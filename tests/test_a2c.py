@@ -253,6 +253,7 @@ def test_config_defaults_roundtrip_and_docstring():
 
 
 # ---------------------------------------------------------------------------------- learning
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a2c_learns_cartpole():
     # The CartPole-v1 preset on a smaller budget, 4 seeds at once; greedy evaluation, 32 episodes per

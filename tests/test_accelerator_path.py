@@ -29,6 +29,8 @@ from fusedrl.platform import ENV_VAR, choices_for
 from fusedrl.streams import resolve_streams, usable_cores
 from fusedrl.train import PPOConfig, Tuning, make_train
 
+pytestmark = [pytest.mark.slow]
+
 # 4 updates of 4 envs x 8 steps, one 16-unit layer; the checkpoint test stops after HALF of them.
 TINY = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 4, update_epochs=1,
             num_minibatches=2, hidden_sizes=(16,))
@@ -130,6 +132,7 @@ def test_sweep_runs_one_vmapped_program_without_streams(small):
 
 
 # --------------------------------------------------------------------------------------- CLI
+@pytest.mark.subprocess
 def test_cli_trains_4_seeds_as_one_stream(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, ENV_VAR: "gpu", "FUSEDRL_COMPILE_CACHE": "0"}

@@ -292,6 +292,7 @@ def test_no_subcommand_prints_usage(capsys):
     assert "envs" in capsys.readouterr().out
 
 
+@pytest.mark.subprocess
 def test_module_entry_point_reports_unknown_subcommand():
     proc = subprocess.run(
         [sys.executable, "-m", "fusedrl.bench", "nope"], capture_output=True, text=True, timeout=120
@@ -376,6 +377,7 @@ def test_ppo_bench_measures_our_recurrent_run_at_purejaxrls_rnn_architecture():
     assert row["impl"] == "fusedrl" and row["sps"] > 0 and row["sps"] * row["train_s"] == pytest.approx(128)
 
 
+@pytest.mark.subprocess
 def test_ppo_bench_recurrent_config_runs_purejaxrls_rnn_script_and_no_rejax(tmp_path, monkeypatch, capsys):
     # The recurrent row: ours and PureJaxRL's ppo_rnn.py (NETWORK "gru" to its runner), alternating,
     # with the ratio; rejax (no recurrent PPO) sits it out. The runs are stand-ins that record calls.
@@ -424,6 +426,7 @@ def _refuse_to_train(monkeypatch, bench_ppo):
     monkeypatch.setattr(bench_ppo, "run_peer", train)
 
 
+@pytest.mark.subprocess
 def test_ppo_bench_peer_errors_are_clear(tmp_path, monkeypatch):
     from fusedrl.bench import ppo as bench_ppo
 
@@ -436,6 +439,7 @@ def test_ppo_bench_peer_errors_are_clear(tmp_path, monkeypatch):
                  env={"PUREJAXRL_SRC": str(tmp_path)})
 
 
+@pytest.mark.subprocess
 def test_ppo_bench_names_a_missing_peer_file_before_running_anything(tmp_path, monkeypatch, capsys):
     from fusedrl.bench import ppo as bench_ppo
 
@@ -455,6 +459,7 @@ def test_ppo_bench_names_a_missing_peer_file_before_running_anything(tmp_path, m
         assert f"{flag} {argv[-1]}" in err and "no " in err, err
 
 
+@pytest.mark.subprocess
 def test_ppo_bench_kills_and_retries_a_hung_peer(tmp_path):
     from fusedrl.bench import ppo as bench_ppo
 
@@ -504,6 +509,7 @@ def test_hostloop_solve_rule_is_the_same_for_every_implementation():
     assert _solve_index([475.0] * 10) == 9  # the threshold itself is a solve
 
 
+@pytest.mark.subprocess
 def test_ppo_bench_rejects_unknown_purejaxrl_configs(capsys, monkeypatch):
     from fusedrl.bench import ppo as bench_ppo
 
@@ -892,6 +898,7 @@ def test_compile_then_run_times_the_compile_apart_from_the_run():
     assert out == 3 and compile_s >= 0.5 and 0.05 <= run_s < 0.5
 
 
+@pytest.mark.subprocess
 def test_ppo_bench_rotates_runs_takes_medians_of_finished_runs_and_divides_ours_by_each_peer(
     monkeypatch, capsys
 ):
@@ -949,6 +956,7 @@ def test_ppo_bench_config_is_purejaxrls_cartpole_config():
     assert bench_ppo._config(4, 128, 10 * 4 * 128) == config_for(10)
 
 
+@pytest.mark.subprocess
 def test_ppo_bench_peer_retry_reports_the_hangs_before_a_finished_run(tmp_path):
     from fusedrl.bench import ppo as bench_ppo
 
@@ -960,6 +968,7 @@ def test_ppo_bench_peer_retry_reports_the_hangs_before_a_finished_run(tmp_path):
     assert result == {"sps": 1.0, "hangs": 1}
 
 
+@pytest.mark.subprocess
 def test_purejaxrl_peer_counts_the_steps_of_every_seed(tmp_path):
     # A stand-in for PureJaxRL's make_train with its metrics' layout [updates, steps, envs].
     from fusedrl.bench import ppo as bench_ppo
@@ -981,6 +990,7 @@ def test_purejaxrl_peer_counts_the_steps_of_every_seed(tmp_path):
     assert row["ret"] == 7.0 and row["hangs"] == 0  # returns of finished episodes only
 
 
+@pytest.mark.subprocess
 def test_purejaxrl_peer_runs_ppo_rnn_on_the_installed_flax(tmp_path):
     # A stand-in for PureJaxRL's ppo_rnn.py that builds its GRU as that script does, with flax < 0.7's
     # GRUCell interface (no features; a static initialize_carry), and returns its metrics as "metric".
@@ -1216,6 +1226,8 @@ def test_cpu_model_names_the_processor_and_its_widest_simd_extension():
 # ---- python -m fusedrl.bench gpu ------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)
 def test_gpu_bench_smoke_prints_a_row_and_a_json_line_per_measurement():
     # The training group (probe, one agent, vmapped agents) and the env-stepping group, each in
@@ -1311,6 +1323,7 @@ def test_gpu_bench_rejects_bad_arguments_before_running_anything(bad, message, c
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_purejaxrl_gpu_peer_trains_the_given_config_and_counts_every_seed(tmp_path):
     # A stand-in for PureJaxRL's make_train (metrics [updates, steps, envs]) that checks the config.
     from fusedrl.bench import gpu

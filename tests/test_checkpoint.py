@@ -42,6 +42,7 @@ def runs(tmp_path_factory):
     return config, full, half, path
 
 
+@pytest.mark.subprocess
 def test_resume_in_a_new_process_is_bit_identical(runs, tmp_path):
     config, full, half, path = runs
     out = tmp_path / "resumed.npz"
@@ -306,6 +307,7 @@ OTHER_ALGOS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", sorted(OTHER_ALGOS))
 def test_other_algorithms_save_restore_resume_and_load(algo, tmp_path):

@@ -36,6 +36,7 @@ def test_an_unknown_argument_with_nothing_close_points_to_help(capsys):
     assert "unrecognized arguments: zzz; see `fusedrl envs --help`" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.timeout(300)
 def test_a_closed_pipe_ends_the_listing_without_a_traceback():

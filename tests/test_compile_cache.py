@@ -13,6 +13,8 @@ import pytest
 from fusedrl import cli, compile_cache, runs
 from fusedrl.train import PPOConfig
 
+pytestmark = [pytest.mark.subprocess]
+
 # Progress on (a row every update): the run trains in pieces, reported from the host between them.
 TINY = ["--env", "CartPole-v1", "--total-timesteps", "64", "--set", "num_envs=2", "--set", "num_steps=8",
         "--set", "num_minibatches=1", "--set", "update_epochs=1", "--set", "hidden_sizes=8",
@@ -34,6 +36,7 @@ def _entries(tmp_path):
     return sorted(os.listdir(folder)) if folder.is_dir() else []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_second_identical_train_loads_its_programs_a_changed_config_compiles_and_off_is_off(tmp_path):
     first = _fusedrl(["train", *TINY, "--out", "a1"], tmp_path)

@@ -239,6 +239,7 @@ def test_rollout_draws_measures_inside_a_traced_function_and_the_rollout_steps_w
     assert done.all() and np.isfinite(obs).all()  # 6 steps: every env reset by its time limit (3)
 
 
+@pytest.mark.subprocess
 @pytest.mark.timeout(120)
 def test_a_warning_from_python_c_names_the_command_line():
     # python -c (and a REPL) run in a __main__ whose loader has no source: the warning must still be

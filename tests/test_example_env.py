@@ -99,6 +99,7 @@ def test_the_pages_python_example_trains_the_env(my_env):
     np.testing.assert_allclose(radius, [[0.05, 0.1]] * 2, rtol=1e-6)
 
 
+@pytest.mark.subprocess
 def test_the_pages_command_line_trains_the_example(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "fusedrl.cli", "train", "--import", "docs.examples.my_env", "--env", ENV_ID,

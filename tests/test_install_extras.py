@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
 ROOT = Path(__file__).resolve().parents[1]
 #: pip's words for a package index it cannot reach (no network, no DNS, a refused proxy).
 UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name",

@@ -5,8 +5,11 @@ share of the seeds one after another), the way the README recommends training ma
 
 import jax
 import numpy as np
+import pytest
 
 import fusedrl
+
+pytestmark = [pytest.mark.slow]
 
 NUM_SEEDS = 4
 THRESHOLD = 475.0  # Gymnasium's "solved" return for CartPole-v1

@@ -1092,6 +1092,7 @@ def test_evaluation_stack_never_normalises_rewards():
         assert np.all(np.isfinite(returns))
 
 
+@pytest.mark.subprocess
 def test_trains_in_float32_with_jax_enable_x64():
     # Under jax_enable_x64 (a process-wide flag, hence a subprocess) Python-float hyperparameters
     # and JAX's default dtypes become float64; training stays float32 and runs (GAE's scan failed

@@ -290,6 +290,7 @@ def test_config_roundtrip_and_docstring():
 
 
 # ---------------------------------------------------------------------------------- learning
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_reinforce_learns_cartpole():
     # The CartPole-v1 preset on a smaller budget, 4 seeds at once; greedy evaluation, 32 episodes per

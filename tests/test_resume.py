@@ -127,6 +127,7 @@ def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_
         runs.resume_run(run_dir, progress_file=io.StringIO())
 
 
+@pytest.mark.subprocess
 def test_the_cli_resumes_in_a_new_process(uninterrupted, monkeypatch, tmp_path):
     """Interrupted through the CLI, which says how to resume; resumed by `fusedrl train --resume` in
     another process (which compiles the programs anew): the same agents, bit for bit."""

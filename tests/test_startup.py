@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = [pytest.mark.subprocess]
+
 # Imported on first use of a public name, never by `import fusedrl` itself.
 LAZY = ["jax", "flax", "optax", "orbax.checkpoint", "gymnax", "gymnax.environments", "rich", "matplotlib",
         "pandas", "seaborn", "scipy", "fusedrl.envs", "fusedrl.train", "fusedrl.sweeps", "fusedrl.runs"]

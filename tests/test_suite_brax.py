@@ -21,6 +21,8 @@ from fusedrl.envs import VecEnv  # noqa: E402
 from fusedrl.envs import _brax as adapter  # noqa: E402
 from fusedrl.envs.checks import check_env  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 PENDULUM = "brax:inverted_pendulum"
 
 

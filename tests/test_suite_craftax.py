@@ -20,6 +20,8 @@ import fusedrl  # noqa: E402
 from fusedrl.envs import _craftax as adapter  # noqa: E402
 from fusedrl.envs.checks import check_env  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 CLASSIC = "craftax:Craftax-Classic-Symbolic-v1"
 
 

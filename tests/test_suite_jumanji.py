@@ -21,6 +21,8 @@ from fusedrl.envs import _jumanji  # noqa: E402
 from fusedrl.envs._gymnax import spaces  # noqa: E402
 from fusedrl.envs.checks import check_env  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 UP, DOWN = 0, 2  # Snake's actions (0 up, 1 right, 2 down, 3 left)
 
 

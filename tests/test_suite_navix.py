@@ -15,6 +15,8 @@ from fusedrl.envs import VecEnv, suites  # noqa: E402
 from fusedrl.envs._navix import native_stepper  # noqa: E402
 from fusedrl.envs.checks import check_env, check_step_shapes  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 EMPTY = "navix:Navix-Empty-5x5-v0"
 # Navix's MiniGrid actions (navix.actions.MINIGRID_ACTION_SET).
 CCW, CW, FORWARD = 0, 1, 2

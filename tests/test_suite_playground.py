@@ -23,6 +23,8 @@ from fusedrl.envs import VecEnv  # noqa: E402
 from fusedrl.envs import _playground as adapter  # noqa: E402
 from fusedrl.envs.checks import check_env  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 CARTPOLE = "playground:CartpoleBalance"
 
 

@@ -16,6 +16,8 @@ from fusedrl.envs import VecEnv, suites  # noqa: E402
 from fusedrl.envs._xminigrid import native_stepper  # noqa: E402
 from fusedrl.envs.checks import check_env, check_step_shapes  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 EMPTY = "xminigrid:MiniGrid-Empty-5x5"
 # XLand-MiniGrid's actions (xminigrid.core.actions).
 FORWARD, RIGHT, LEFT = 0, 1, 2

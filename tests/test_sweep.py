@@ -871,6 +871,8 @@ REINFORCE_MULTI_DEVICE = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 @pytest.mark.timeout(1500)  # two compiles in the subprocess: minutes on a loaded 2-core machine
 def test_data_parallel_reinforce_on_four_devices_matches_one_device():
     # One REINFORCE agent, 4 envs as 4 shards of 1: shard_map over 4 (forced CPU) devices vs the vmap
@@ -880,6 +882,8 @@ def test_data_parallel_reinforce_on_four_devices_matches_one_device():
     assert out["episodes"] > 0 and out["env_steps"] == [32, 64, 96]
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 @pytest.mark.timeout(1500)  # three compiles in the subprocess: minutes on a loaded 2-core machine
 def test_sharded_sweep_and_data_parallel_match_one_device(swept):
     config, reference, _ = swept
@@ -1044,6 +1048,8 @@ MULTI_HOST = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.timeout(1500)
 def test_two_processes_on_localhost(swept, tmp_path):
     """`jax.distributed` with the CPU backend (gloo collectives): 2 processes x 2 devices; every
