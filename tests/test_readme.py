@@ -44,8 +44,13 @@ def test_readme_python_examples_run_in_order():
     np.testing.assert_allclose(lrs, [1e-4, 3e-4, 1e-3], rtol=1e-6)
     exec(compile(blocks[2], "README.md, sweep", "exec"), ns)
     assert ns["swept"].metrics["episode_return"].shape == (8, num_updates)
-    np.testing.assert_allclose(  # "the same 8 seeds as `results`"
+    # "the two agree to rounding only at first (this config: policy losses within 1e-4 for 10 updates,
+    # returns equal for 11)": the shrunk budget is 4 updates, all within the first ones.
+    assert num_updates <= 10
+    np.testing.assert_allclose(
         ns["swept"].metrics["policy_loss"], ns["results"].metrics["policy_loss"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(
+        ns["swept"].metrics["episode_return"], ns["results"].metrics["episode_return"])
     assert ns["grid"].metrics["episode_return"].shape == (2, 3, num_updates)  # "6 runs"
     assert len(ns["table"]) == 6 and {"lr", "seed"} <= set(ns["table"][0])
     for i, block in enumerate(more):
