@@ -44,8 +44,8 @@ def test_readme_python_examples_run_in_order():
     np.testing.assert_allclose(lrs, [1e-4, 3e-4, 1e-3], rtol=1e-6)
     exec(compile(blocks[2], "README.md, sweep", "exec"), ns)
     assert ns["swept"].metrics["episode_return"].shape == (8, num_updates)
-    # "the two agree to rounding only at first (this config: policy losses within 1e-4 for 10 updates,
-    # returns equal for 11)": the shrunk budget is 4 updates, all within the first ones.
+    # "the two agree to rounding only at first (... policy losses within 1e-4 for 10 updates, returns
+    # equal for 11)": the shrunk budget is 4 updates, all within the first ones.
     assert num_updates <= 10
     np.testing.assert_allclose(
         ns["swept"].metrics["policy_loss"], ns["results"].metrics["policy_loss"], rtol=1e-4, atol=1e-6)
