@@ -1373,23 +1373,25 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
             registry._REGISTRY.pop("CliMine-v0", None)
             sys.modules.pop("fusedrl_cli_test_envs", None)
 
-        # config.json records the module: evaluate and a run from the saved config import it.
+        # config.json records the module: evaluate and a run from the saved config import it, once
+        # trusted (importing runs its code).
         new_process()
-        code, out, err = run_cli("evaluate", tmp_path / "run")
+        code, out, err = run_cli("evaluate", tmp_path / "run", "--trust-imports")
         assert code == 0 and "mean" in out, err
         new_process()
-        loaded = policy.load(tmp_path / "run")  # fusedrl.load
+        loaded = policy.load(tmp_path / "run", trust_imports=True)  # fusedrl.load
         assert loaded.act(np.zeros(4, np.float32)).shape == ()
         new_process()
         code, out, err = run_cli("train", "--config", tmp_path / "run" / "config.json", "--out",
-                                 tmp_path / "again", "--no-progress")
+                                 tmp_path / "again", "--no-progress", "--trust-imports")
         assert code == 0 and "mean" in out, err
-        assert runs.load_run_config(tmp_path / "again")[1].imports == ("fusedrl_cli_test_envs",)
+        assert runs.load_run_config(tmp_path / "again", trust_imports=True)[1].imports == (
+            "fusedrl_cli_test_envs",)
         # A recorded module that is not there is named, with the file that records it.
         doc = json.loads((tmp_path / "run" / "config.json").read_text())
         (tmp_path / "run" / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "imports": [
             "no_such_module_here"]}}))
-        code, _, err = run_cli("evaluate", tmp_path / "run")
+        code, _, err = run_cli("evaluate", tmp_path / "run", "--trust-imports")
         assert code == 2 and "config.json imports no_such_module_here: no module named" in err, err
         # A run folder from before imports were recorded: --resume says to pass --import.
         del doc["run"]["imports"]

@@ -211,13 +211,16 @@ def resolve(args) -> tuple[PPOConfig, Any]:
             options = RunOptions(**run_opts)  # checks its imports before they are imported
         except (TypeError, ValueError) as e:
             raise CLIError(f"{args.config} is invalid: {e} Fix that field in the file.") from None
-        # Its modules are imported only if trusted (a network given by --set replaces the file's).
+        # Its modules are imported only if trusted. Typed modules are: --import's, and the module of
+        # a network given by --set (which replaces the file's).
         from fusedrl.trust import CLI_FLAG, UntrustedImportsError, check_trusted, named_modules
 
-        set_network = any(o.split("=", 1)[0].strip() == "network" for o in args.overrides)
+        set_network = [o.split("=", 1)[1].strip() for o in args.overrides
+                       if "=" in o and o.split("=", 1)[0].strip() == "network"]
         named = named_modules({} if set_network else base, options.imports)
+        typed = [*args.imports, *(m for n in set_network for m, _ in named_modules({"network": n}, ()))]
         try:
-            check_trusted(str(args.config), named, trust=args.trust_imports, trusted=args.imports)
+            check_trusted(str(args.config), named, trust=args.trust_imports, trusted=typed)
         except UntrustedImportsError as e:
             raise CLIError(e.message(CLI_FLAG, cli=True)) from None
         # A saved run's env may come from a module its run imported (--import, recorded in the file).
