@@ -169,7 +169,8 @@ def test_seeds_split_over_threads_train_as_the_single_vmap(trained):
 def test_run_folder_contents(trained):
     config, run, _, run_dir, out, err = trained
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["checkpoint", "config.json", "learning_curve.png", "metrics.csv", "summary.json"]
+    assert names == [".lock", "checkpoint", "config.json", "learning_curve.png", "metrics.csv",
+                     "summary.json"]
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
@@ -761,7 +762,8 @@ def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
     run_dir = tmp_path / "run"
     code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir)
     assert code == 130 and "keeps config.json metrics.csv summary.json (the metrics logged so far)." in err
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.csv", "summary.json"]
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == [".lock", "config.json", "metrics.csv", "summary.json"]
     config, options = runs.load_run_config(run_dir)
     assert config == trained[0] and options.num_seeds == 2
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -1361,7 +1363,7 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
         imports = ["--import", "fusedrl_cli_test_envs"]
         code, out, err = run_cli("train", *imports, "--env", "CliMine-v0", "--out", tmp_path / "run", *tiny)
         assert code == 0 and "mean" in out, err
-        config, options = runs.load_run_config(tmp_path / "run")
+        config, options = runs.load_run_config(tmp_path / "run", trust_imports=True)
         assert config.env_id == "CliMine-v0" and options.imports == ("fusedrl_cli_test_envs",)
         code, out, err = run_cli("evaluate", tmp_path / "run", *imports)
         assert code == 0, err

@@ -57,8 +57,8 @@ def project(tmp_path_factory):
     (folder / f"{NET}.py").write_text(NET_CODE)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(folder)  # --import looks in the current directory, as `python -m` does
-        code, _, err = run_cli("train", "--env", "CartPole-v1", "--import", ENVS, "--set", f"network={NET}:net",
-                               "--out", folder / "run", *TINY)
+        code, _, err = run_cli("train", "--env", "CartPole-v1", "--import", ENVS,
+                               "--set", f"network={NET}:net", "--out", folder / "run", *TINY)
         assert code == 0, err
     saved = json.loads((folder / "run" / "config.json").read_text())
     assert saved["run"]["imports"] == [ENVS, NET] and saved["ppo"]["network"] == f"{NET}:net"

@@ -390,7 +390,7 @@ def cmd_train(args) -> int:
     from fusedrl.checkpoint import CheckpointError
     from fusedrl.envs.host import is_host_env_id
     from fusedrl.loggers import TensorBoardLogger, WandbLogger
-    from fusedrl.run_lock import RunFolderLocked
+    from fusedrl.run_lock import LOCK_FILE, RunFolderLocked
     from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
     from fusedrl.train.presets import preset_source
 
@@ -448,7 +448,7 @@ def cmd_train(args) -> int:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
         folder = Path(out)
-        files = sorted(folder.iterdir()) if folder.is_dir() else []
+        files = sorted(p for p in folder.iterdir() if p.name != LOCK_FILE) if folder.is_dir() else []
         kept = [f"{p.name}/" if p.is_dir() else p.name for p in files]
         print(f"\ninterrupted: {out} keeps {' '.join(kept) or 'nothing'}"
               f"{' (the metrics logged so far)' if 'metrics.csv' in kept else ''}.", file=sys.stderr)
