@@ -92,7 +92,7 @@ def holder(folder: str | os.PathLike) -> int | None:
     when no process does (or the folder has no lock file). Writes nothing."""
     try:
         fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError):  # no lock file, or not ours to read
         return None
     try:
         try:
