@@ -62,7 +62,8 @@ class RunLock:
         self.release()
 
     def __del__(self):
-        self.release()
+        with contextlib.suppress(Exception):  # at interpreter exit the OS frees it anyway
+            self.release()
 
 
 def acquire(folder: str | os.PathLike) -> RunLock:
