@@ -1206,18 +1206,20 @@ def test_run_options_imports_are_module_names(tmp_path, bad, words):
 def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
     calls = []
 
-    def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True, max_steps=runs.EVAL_MAX_STEPS):
-        calls.append((num_episodes, seed, greedy, max_steps))
+    def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True, max_steps=runs.EVAL_MAX_STEPS,
+                          trust_imports=False):
+        calls.append((num_episodes, seed, greedy, max_steps, trust_imports))
         return {"episodes": num_episodes, "per_seed": [1.0], "mean": 1.0, "std": 0.0, "unfinished": 0,
                 "diverged_seeds": []}
 
     monkeypatch.setattr(runs, "evaluate_run", fake_evaluate_run)
     code, out, err = run_cli("evaluate", tmp_path, "--episodes", "3", "--seed", "11")
     assert code == 0, err
-    assert calls == [(3, 11, True, runs.EVAL_MAX_STEPS)] and "greedy return over 3 episodes per seed" in out
-    code, out, err = run_cli("evaluate", tmp_path, "--sampled", "--max-steps", "50")
+    assert calls == [(3, 11, True, runs.EVAL_MAX_STEPS, False)]
+    assert "greedy return over 3 episodes per seed" in out
+    code, out, err = run_cli("evaluate", tmp_path, "--sampled", "--max-steps", "50", "--trust-imports")
     assert code == 0, err
-    assert calls[1:] == [(None, None, False, 50)] and "sampled-action return over" in out
+    assert calls[1:] == [(None, None, False, 50, True)] and "sampled-action return over" in out
     assert "WARNING" not in out
 
 
