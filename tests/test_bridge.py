@@ -353,7 +353,8 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     assert "host bridge" in err and "update 3/3" in err  # the header and the progress lines
     assert "(the preset of CartPole-v1; host bridge" in err
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["checkpoint", "config.json", "learning_curve.png", "metrics.csv", "summary.json"]
+    assert names == [".lock", "checkpoint", "config.json", "learning_curve.png", "metrics.csv",
+                     "summary.json"]
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(int(r["update"]), int(r["seed"])) for r in rows] == [(1, 0), (2, 0), (3, 0)]

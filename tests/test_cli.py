@@ -169,7 +169,8 @@ def test_seeds_split_over_threads_train_as_the_single_vmap(trained):
 def test_run_folder_contents(trained):
     config, run, _, run_dir, out, err = trained
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["checkpoint", "config.json", "learning_curve.png", "metrics.csv", "summary.json"]
+    assert names == [".lock", "checkpoint", "config.json", "learning_curve.png", "metrics.csv",
+                     "summary.json"]
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
@@ -761,7 +762,8 @@ def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
     run_dir = tmp_path / "run"
     code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir)
     assert code == 130 and "keeps config.json metrics.csv summary.json (the metrics logged so far)." in err
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.csv", "summary.json"]
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == [".lock", "config.json", "metrics.csv", "summary.json"]
     config, options = runs.load_run_config(run_dir)
     assert config == trained[0] and options.num_seeds == 2
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -1204,18 +1206,20 @@ def test_run_options_imports_are_module_names(tmp_path, bad, words):
 def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
     calls = []
 
-    def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True, max_steps=runs.EVAL_MAX_STEPS):
-        calls.append((num_episodes, seed, greedy, max_steps))
+    def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True, max_steps=runs.EVAL_MAX_STEPS,
+                          trust_imports=False):
+        calls.append((num_episodes, seed, greedy, max_steps, trust_imports))
         return {"episodes": num_episodes, "per_seed": [1.0], "mean": 1.0, "std": 0.0, "unfinished": 0,
                 "diverged_seeds": []}
 
     monkeypatch.setattr(runs, "evaluate_run", fake_evaluate_run)
     code, out, err = run_cli("evaluate", tmp_path, "--episodes", "3", "--seed", "11")
     assert code == 0, err
-    assert calls == [(3, 11, True, runs.EVAL_MAX_STEPS)] and "greedy return over 3 episodes per seed" in out
-    code, out, err = run_cli("evaluate", tmp_path, "--sampled", "--max-steps", "50")
+    assert calls == [(3, 11, True, runs.EVAL_MAX_STEPS, False)]
+    assert "greedy return over 3 episodes per seed" in out
+    code, out, err = run_cli("evaluate", tmp_path, "--sampled", "--max-steps", "50", "--trust-imports")
     assert code == 0, err
-    assert calls[1:] == [(None, None, False, 50)] and "sampled-action return over" in out
+    assert calls[1:] == [(None, None, False, 50, True)] and "sampled-action return over" in out
     assert "WARNING" not in out
 
 
@@ -1361,7 +1365,7 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
         imports = ["--import", "fusedrl_cli_test_envs"]
         code, out, err = run_cli("train", *imports, "--env", "CliMine-v0", "--out", tmp_path / "run", *tiny)
         assert code == 0 and "mean" in out, err
-        config, options = runs.load_run_config(tmp_path / "run")
+        config, options = runs.load_run_config(tmp_path / "run", trust_imports=True)
         assert config.env_id == "CliMine-v0" and options.imports == ("fusedrl_cli_test_envs",)
         code, out, err = run_cli("evaluate", tmp_path / "run", *imports)
         assert code == 0, err
@@ -1373,23 +1377,25 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
             registry._REGISTRY.pop("CliMine-v0", None)
             sys.modules.pop("fusedrl_cli_test_envs", None)
 
-        # config.json records the module: evaluate and a run from the saved config import it.
+        # config.json records the module: evaluate and a run from the saved config import it, once
+        # trusted (importing runs its code).
         new_process()
-        code, out, err = run_cli("evaluate", tmp_path / "run")
+        code, out, err = run_cli("evaluate", tmp_path / "run", "--trust-imports")
         assert code == 0 and "mean" in out, err
         new_process()
-        loaded = policy.load(tmp_path / "run")  # fusedrl.load
+        loaded = policy.load(tmp_path / "run", trust_imports=True)  # fusedrl.load
         assert loaded.act(np.zeros(4, np.float32)).shape == ()
         new_process()
         code, out, err = run_cli("train", "--config", tmp_path / "run" / "config.json", "--out",
-                                 tmp_path / "again", "--no-progress")
+                                 tmp_path / "again", "--no-progress", "--trust-imports")
         assert code == 0 and "mean" in out, err
-        assert runs.load_run_config(tmp_path / "again")[1].imports == ("fusedrl_cli_test_envs",)
+        assert runs.load_run_config(tmp_path / "again", trust_imports=True)[1].imports == (
+            "fusedrl_cli_test_envs",)
         # A recorded module that is not there is named, with the file that records it.
         doc = json.loads((tmp_path / "run" / "config.json").read_text())
         (tmp_path / "run" / "config.json").write_text(json.dumps({**doc, "run": {**doc["run"], "imports": [
             "no_such_module_here"]}}))
-        code, _, err = run_cli("evaluate", tmp_path / "run")
+        code, _, err = run_cli("evaluate", tmp_path / "run", "--trust-imports")
         assert code == 2 and "config.json imports no_such_module_here: no module named" in err, err
         # A run folder from before imports were recorded: --resume says to pass --import.
         del doc["run"]["imports"]

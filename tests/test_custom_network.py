@@ -158,8 +158,8 @@ def test_cli_trains_evaluates_and_loads_a_run_with_its_own_network(nets, capsys)
     assert cli_main(args) == 0
     saved = json.loads((out / "config.json").read_text())
     assert saved["ppo"]["network"] == "my_nets:shared_torso" and "my_nets" in saved["run"]["imports"]
-    assert cli_main(["evaluate", str(out), "--episodes", "2"]) == 0
-    policy = fusedrl.load(out)
+    assert cli_main(["evaluate", str(out), "--episodes", "2", "--trust-imports"]) == 0
+    policy = fusedrl.load(out, trust_imports=True)
     assert "Dense_0" in policy.params["params"]
     assert policy.act(np.zeros(4, np.float32)) in (0, 1)
     capsys.readouterr()

@@ -33,27 +33,36 @@ def add_import_option(parser: argparse.ArgumentParser) -> None:
 
 
 def import_modules(names: Sequence[str], *, source: str = "--import") -> None:
-    """Imports `--import` modules (the current directory first on the path, as `python -m` has it);
-    a module that cannot be found, or a file name given for one, is a UsageError naming it.
-    `source` names where the module names came from in those messages."""
+    """Imports `--import` modules (the current directory first on the path, as `python -m` has it,
+    while they are imported: `sys.path` is as before afterwards); a module that cannot be found, or
+    a file name given for one, is a UsageError naming it. `source` names where the module names came
+    from in those messages. Callers that read the names from a file check first that the user
+    trusts it (`fusedrl.trust`)."""
     import importlib
     import os
     import sys
 
-    if names and os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
     for name in names:
         if error := module_name_error(name):
             raise UsageError(f"{source} {name}: {error}")
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
-                raise  # the module was found, and itself imports something missing
-            raise UsageError(
-                f"{source} {name}: no module named {e.name!r} here ({os.getcwd()}) or on the Python path; "
-                f"run from the folder that holds it, or install its package."
-            ) from None
+    cwd = os.getcwd()
+    added = bool(names) and cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as e:
+                if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                    raise  # the module was found, and itself imports something missing
+                raise UsageError(
+                    f"{source} {name}: no module named {e.name!r} here ({cwd}) or on the Python path; "
+                    f"run from the folder that holds it, or install its package."
+                ) from None
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def check_network(config, error: type[Exception]) -> list[str]:

@@ -56,11 +56,15 @@ examples:
   fusedrl train --config runs/cp8/config.json --out runs/cp8-again   (rerun a saved config)
   fusedrl train --env gymnax:Breakout-MinAtar --checkpoint-every 100 --out runs/bo
   fusedrl train --resume runs/bo          (continue it after Ctrl-C, from its latest checkpoint)
+  fusedrl train --resume runs/mine --trust-imports   (its config.json names modules to import)
 
 --set takes any PPOConfig field (values are parsed with the field's type: ints, floats,
 true/false, comma-separated hidden_sizes) and env params as env_params.NAME=VALUE (or NAME=VALUE),
 parsed as in `fusedrl sweep`. A "gymnasium:" env id trains one seed through the host bridge.
-The run folder gets config.json, metrics.csv, learning_curve.png, checkpoint/, summary.json."""
+The run folder gets config.json, metrics.csv, learning_curve.png, checkpoint/, summary.json.
+One process at a time trains or resumes a run folder (it holds the folder's lock); a second is refused.
+A config.json that names modules to import (its imports, a network "module:function") is read only with
+--trust-imports (or --import MODULE for each): importing a module runs its code."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,10 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--progress-every", type=int, metavar="K",
                    help="updates between progress/log callbacks; 0 = none (default: about 50 per run)")
     t.add_argument("--checkpoint-every", type=int, metavar="K",
-                   help="updates between checkpoints during training, for --resume (default 0: only "
-                        "the final checkpoint)")
+                   help="updates between checkpoints during training, for --resume (default 0: none "
+                        "during training, only the trained agents' final checkpoint)")
     t.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="continue an interrupted run from its latest checkpoint, as its config.json says")
+    add_trust_option(t, "--config's or --resume's config.json")
     t.add_argument("--no-progress", action="store_true", help="no progress bar (metrics are still logged)")
     t.add_argument("--tensorboard", action="store_true",
                    help="also log to TensorBoard in <run folder>/tensorboard (needs tensorboardX)")
@@ -121,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-steps", type=positive_int, metavar="N", default=None,
                    help="end the evaluation after N steps; episodes still running report NaN "
                         "(default: 1,000,000, as the run's own evaluation)")
+    add_trust_option(e, "RUN_DIR's config.json")
     add_import_option(e)
     add_compile_cache_option(e)
 
@@ -148,6 +154,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prof.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+def add_trust_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """--trust-imports: import the modules a file names (`fusedrl.trust`)."""
+    parser.add_argument("--trust-imports", action="store_true",
+                        help=f"import the modules {what} names (its imports, the module of its network "
+                             f"\"module:function\"): importing runs their code, so without this flag (or "
+                             f"--import MODULE for each) such a file is refused")
+
+
+def trusting(args, read):
+    """`read(trust_imports)`, trusting the modules a file names with --trust-imports, or when each
+    was typed with --import; otherwise a usage error naming those modules and the flag (nothing is
+    imported: `read` refuses before it imports). Returns (what `read` returned, the trust used)."""
+    from fusedrl.trust import CLI_FLAG, UntrustedImportsError
+
+    try:
+        return read(args.trust_imports), args.trust_imports
+    except UntrustedImportsError as e:
+        untrusted = [(m, why) for m, why in e.modules if m not in args.imports]
+        if not untrusted:
+            return read(True), True
+        raise CLIError(UntrustedImportsError(e.source, untrusted).message(CLI_FLAG, cli=True)) from None
 
 
 def add_compile_cache_option(parser: argparse.ArgumentParser) -> None:
@@ -196,6 +225,18 @@ def resolve(args) -> tuple[PPOConfig, Any]:
             options = RunOptions(**run_opts)  # checks its imports before they are imported
         except (TypeError, ValueError) as e:
             raise CLIError(f"{args.config} is invalid: {e} Fix that field in the file.") from None
+        # Its modules are imported only if trusted. Typed modules are: --import's, and the module of
+        # a network given by --set (which replaces the file's).
+        from fusedrl.trust import CLI_FLAG, UntrustedImportsError, check_trusted, named_modules
+
+        set_network = [o.split("=", 1)[1].strip() for o in args.overrides
+                       if "=" in o and o.split("=", 1)[0].strip() == "network"]
+        named = named_modules({} if set_network else base, options.imports)
+        typed = [*args.imports, *(m for n in set_network for m, _ in named_modules({"network": n}, ()))]
+        try:
+            check_trusted(str(args.config), named, trust=args.trust_imports, trusted=typed)
+        except UntrustedImportsError as e:
+            raise CLIError(e.message(CLI_FLAG, cli=True)) from None
         # A saved run's env may come from a module its run imported (--import, recorded in the file).
         import_modules(options.imports, source=f"{args.config} imports")
         if args.env is not None and base.get("env_id") not in (None, args.env):
@@ -273,9 +314,10 @@ RESUME_CONFLICTS = (("env", "--env"), ("algo", "--algo"), ("config", "--config")
 
 def resolve_resume(args) -> tuple[PPOConfig, Any]:
     """The PPOConfig and RunOptions of the run folder `--resume` continues."""
+    from fusedrl import run_lock
     from fusedrl.envs import make
     from fusedrl.envs.host import is_host_env_id
-    from fusedrl.runs import load_run_config
+    from fusedrl.runs import load_run_config, run_status
 
     values = [(flag, getattr(args, name)) for name, flag in RESUME_CONFLICTS]
     # Not given: None (numbers, paths), False (switches) or [] (--set); a 0 was given.
@@ -287,10 +329,14 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
     if not args.resume.is_dir():
         raise CLIError(f"--resume {args.resume}: no such folder (give the run folder of an earlier "
                        f"`fusedrl train`, e.g. runs/CartPole-v1).")
+    if (pid := run_lock.holder(args.resume)) is not None:  # before anything is read or imported
+        raise CLIError(str(run_lock.RunFolderLocked(args.resume, pid or None)))
     try:
-        config, options = load_run_config(args.resume)
+        (config, options), args.trust_imports = trusting(
+            args, lambda trust: load_run_config(args.resume, trust_imports=trust))
     except (OSError, ValueError) as e:
         raise CLIError(str(e)) from None
+    args.resumed_status = run_status(args.resume)  # "interrupted" where its writer died
     if not is_host_env_id(config.env_id):
         try:  # an env registered by a module: without its --import, a usage error (as without --resume)
             make(config.env_id, **config.env_params)
@@ -361,6 +407,7 @@ def cmd_train(args) -> int:
     from fusedrl.checkpoint import CheckpointError
     from fusedrl.envs.host import is_host_env_id
     from fusedrl.loggers import TensorBoardLogger, WandbLogger
+    from fusedrl.run_lock import LOCK_FILE, RunFolderLocked
     from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
     from fusedrl.train.presets import preset_source
 
@@ -385,7 +432,8 @@ def cmd_train(args) -> int:
         raise CLIError(str(e)) from None
     source = preset_source(config.env_id, config.algo)
     if args.resume is not None:
-        preset_note = "resumed"
+        status = getattr(args, "resumed_status", None)
+        preset_note = "resumed" if status in (None, "finished") else f"resumed; the run was {status}"
     elif args.config is not None:
         preset_note = "from --config"
     elif source is None:
@@ -408,15 +456,16 @@ def cmd_train(args) -> int:
     cache_before = cache_counts()
     try:
         if args.resume is not None:
-            run = resume_run(out, progress=not args.no_progress, loggers=loggers)
+            run = resume_run(out, progress=not args.no_progress, loggers=loggers,
+                             trust_imports=args.trust_imports)
         else:
             run = train_run(config, out, options=options, overwrite=args.overwrite,
                             progress=not args.no_progress, loggers=loggers)
-    except (RunFolderExists, ResumeError, CheckpointError) as e:
+    except (RunFolderExists, RunFolderLocked, ResumeError, CheckpointError) as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
         folder = Path(out)
-        files = sorted(folder.iterdir()) if folder.is_dir() else []
+        files = sorted(p for p in folder.iterdir() if p.name != LOCK_FILE) if folder.is_dir() else []
         kept = [f"{p.name}/" if p.is_dir() else p.name for p in files]
         print(f"\ninterrupted: {out} keeps {' '.join(kept) or 'nothing'}"
               f"{' (the metrics logged so far)' if 'metrics.csv' in kept else ''}.", file=sys.stderr)
@@ -455,8 +504,10 @@ def cmd_evaluate(args) -> int:
 
         raise CLIError(str(missing_run_error(args.run_dir)))
     try:
-        ev = evaluate_run(args.run_dir, num_episodes=args.episodes, seed=args.seed, greedy=not args.sampled,
-                          **({} if args.max_steps is None else {"max_steps": args.max_steps}))
+        bound = {} if args.max_steps is None else {"max_steps": args.max_steps}
+        ev, _ = trusting(args, lambda trust: evaluate_run(
+            args.run_dir, num_episodes=args.episodes, seed=args.seed, greedy=not args.sampled,
+            trust_imports=trust, **bound))
     except (FileNotFoundError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     kind = "sampled-action" if args.sampled else "greedy"
@@ -464,6 +515,11 @@ def cmd_evaluate(args) -> int:
     if ev.get("update", 0) < ev.get("num_updates", 0):
         print(f"  (the run has not finished: its checkpoint holds update {ev['update']} "
               f"of {ev['num_updates']})")
+    if ev.get("status") == "running":  # read-only: evaluating a run still training is allowed
+        print(f"  (status: running: process {ev.get('holder') or '?'} is still training it; this is its "
+              f"latest checkpoint)")
+    elif ev.get("status") not in (None, "finished"):
+        print(f"  (status: {ev['status']}; `fusedrl train --resume {args.run_dir}` continues it)")
     for i, r in enumerate(ev["per_seed"]):
         print(f"  seed {i:>3}  {r:10.1f}")
     print(f"  mean      {ev['mean']:10.1f} +- {ev['std']:.1f}")

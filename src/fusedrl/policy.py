@@ -187,12 +187,16 @@ def missing_run_error(path: str | os.PathLike) -> FileNotFoundError:
     return FileNotFoundError(f"{path} does not exist.{hint}")
 
 
-def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
+def load(path: str | os.PathLike, seed: int | None = None, *, trust_imports: bool = False) -> Policy:
     """The trained policy of a run folder (or a checkpoint directory).
 
     Args:
       path: a run folder written by `fusedrl train` / `train_run`, or its `checkpoint/` directory.
       seed: which seed of a multi-seed run; default 0. Ignored by single-run checkpoints.
+      trust_imports: import the modules the folder names (config.json's `imports`, the module of
+        its network "module:function"; a checkpoint's network). Importing runs their code, so
+        without it a folder that names any is refused with `fusedrl.trust.UntrustedImportsError`
+        (a ValueError), before anything is imported. `sys.path` is left as it was.
 
     The checkpoint of an unfinished run (interrupted, with `checkpoint_every`) holds the agent at its
     latest checkpoint: `Policy.update` says which update, and a RuntimeWarning says so.
@@ -207,7 +211,18 @@ def load(path: str | os.PathLike, seed: int | None = None) -> Policy:
     if (path / "config.json").is_file():
         from fusedrl.runs import load_run_config
 
-        expected = load_run_config(path)[0]
+        expected = load_run_config(path, trust_imports=trust_imports)[0]
+    else:  # a checkpoint alone: its config may name a network module, which restoring would import
+        from fusedrl._argtypes import UsageError, import_modules
+        from fusedrl.trust import check_trusted, named_modules
+
+        saved = ckpt.read_meta(ckpt_dir).get("config")
+        named = named_modules(saved if isinstance(saved, dict) else {}, ())
+        check_trusted(str(ckpt_dir / "meta.json"), named, trust=trust_imports)
+        try:  # from the current directory too, as a run folder's modules are
+            import_modules([m for m, _ in named], source=f"{ckpt_dir / 'meta.json'} network")
+        except UsageError as e:
+            raise ValueError(str(e)) from None
     config, state, hparams, meta = ckpt.restore(ckpt_dir, expected)
     num_seeds = meta.get("num_seeds")
     if num_seeds is not None:

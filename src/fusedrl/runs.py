@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from fusedrl import checkpoint as ckpt
+from fusedrl import run_lock
 from fusedrl import streams as _streams
 from fusedrl._argtypes import MAX_KEY_SEED, UsageError, import_modules, module_name_error, seed_error
 from fusedrl.envs import make
@@ -53,6 +54,7 @@ from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_stre
 from fusedrl.train import PPOConfig, TrainResult, make_train
 from fusedrl.train.config import CONFIGS, strong_hparams
 from fusedrl.train.ppo import has_episode
+from fusedrl.trust import check_trusted, named_modules
 from fusedrl.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -199,25 +201,52 @@ def read_config_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
 
 
 # ---------------------------------------------------------------------------- run folders
-def prepare_folder(out: str | os.PathLike, *, overwrite: bool) -> Path:
-    """Creates the run folder; an existing non-empty one is refused unless `overwrite`."""
+def prepare_folder(out: str | os.PathLike, *, overwrite: bool) -> tuple[Path, run_lock.RunLock]:
+    """Creates the run folder and takes its lock (`fusedrl.run_lock`), then returns (folder, lock).
+
+    An existing non-empty folder is refused unless `overwrite`, and one that is not a run folder
+    even then. A folder another process trains or resumes into is refused (`RunFolderLocked`, with
+    its pid) before anything in it is touched, with or without `overwrite`. The lock is taken before
+    the contents are checked and removed, and its file is kept while the rest is removed, so no
+    second process can claim the folder meanwhile."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RunFolderExists(f"{out} exists and is not a directory.")
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise RunFolderExists(
-                f"run folder {out} already exists; pass --overwrite to replace it "
-                f"(or choose another --out)."
-            )
-        if not (out / CONFIG_FILE).exists() and not (out / SUMMARY_FILE).exists():
-            raise RunFolderExists(
-                f"{out} exists but does not look like a fusedrl run folder (no {CONFIG_FILE}); "
-                f"refusing to delete it even with --overwrite."
-            )
-        shutil.rmtree(out)
+    if (pid := run_lock.holder(out)) is not None:  # said first: --overwrite would not help
+        raise run_lock.RunFolderLocked(out, pid or None)
+    _check_replaceable(out, overwrite)  # before a lock file is left in a folder that is not ours
     out.mkdir(parents=True, exist_ok=True)
-    return out
+    lock = run_lock.acquire(out)
+    try:
+        entries = _check_replaceable(out, overwrite)  # again, now that no other process can write
+        # The config and summary last: a removal cut short leaves a folder still seen as a run's.
+        last = (CONFIG_FILE, SUMMARY_FILE)
+        for entry in sorted(entries, key=lambda p: p.name in last):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    except BaseException:
+        lock.release()
+        raise
+    return out, lock
+
+
+def _check_replaceable(out: Path, overwrite: bool) -> list[Path]:
+    """The entries of the run folder `out` (none if it does not exist) but its lock file; raises
+    RunFolderExists if there are any and not `overwrite`, or they are not a run folder's."""
+    entries = [p for p in out.iterdir() if p.name != run_lock.LOCK_FILE] if out.is_dir() else []
+    if entries and not overwrite:
+        raise RunFolderExists(
+            f"run folder {out} already exists; pass --overwrite to replace it "
+            f"(or choose another --out)."
+        )
+    if entries and not (out / CONFIG_FILE).exists() and not (out / SUMMARY_FILE).exists():
+        raise RunFolderExists(
+            f"{out} exists but does not look like a fusedrl run folder (no {CONFIG_FILE}); "
+            f"refusing to delete it even with --overwrite."
+        )
+    return entries
 
 
 # ------------------------------------------------------------------------------- programs
@@ -492,8 +521,14 @@ def train_run(
 
     With `checkpoint_every=K`, the folder's checkpoint is replaced every K updates during training
     (all seeds stop together to save it), so an interrupted run can continue with `resume_run`.
+    With 0 (the default) there is none during training: only the trained agents' final checkpoint.
+
+    The process holds the folder's lock (`fusedrl.run_lock`) until this returns or raises.
 
     Raises:
+      RunFolderExists: `out` is not empty (without `overwrite`) or not a run folder.
+      RunFolderLocked: another process trains or resumes into `out` (its pid is named); nothing in
+        the folder was touched.
       KeyboardInterrupt: after Ctrl-C, once the folder holds the config, the metrics logged so
         far, the latest checkpoint if any, and a summary marked "interrupted".
       Exception: any other error, re-raised once summary.json says status "failed" with the
@@ -504,10 +539,12 @@ def train_run(
     options = options or RunOptions(**option_kwargs)
     make(config.env_id, **config.env_params)  # unknown env: fail before any work
     check_supported(config, options)
-    path = prepare_folder(out, overwrite=overwrite) if out is not None else None
-    if path is not None:
+    if out is None:
+        return _train(config, options, None, progress=progress, loggers=loggers, progress_file=progress_file)
+    path, lock = prepare_folder(out, overwrite=overwrite)
+    with lock:  # held until the run is saved, evaluated and summarised (or has failed)
         write_json(path / CONFIG_FILE, config_document(config, options))
-    return _train(config, options, path, progress=progress, loggers=loggers, progress_file=progress_file)
+        return _train(config, options, path, progress=progress, loggers=loggers, progress_file=progress_file)
 
 
 class ResumeError(ValueError):
@@ -532,6 +569,7 @@ def resume_run(
     progress: bool = True,
     loggers: Sequence[Any] = (),
     progress_file=None,
+    trust_imports: bool = False,
 ) -> Run:
     """Continues an unfinished run (interrupted, or failed in a logger) from the latest checkpoint in
     its folder, to the end of the run its config.json describes, then saves and evaluates it as
@@ -540,14 +578,28 @@ def resume_run(
     would have, bit for bit, on a machine with as many cores (`num_streams` splits the seeds over
     them, which decides the programs).
 
+    `trust_imports`: import the modules config.json names (its `imports`, its network's module); see
+    `load_run_config`. The process holds the folder's lock (`fusedrl.run_lock`) until this returns.
+
     Raises:
       FileNotFoundError, ValueError: `run_dir` has no valid config.json.
+      UntrustedImportsError: config.json names modules to import, without `trust_imports` (checked
+        first: nothing is imported, and nothing written).
+      RunFolderLocked: another process trains or resumes the run (its pid is named).
       ResumeError: the run has finished, or has no checkpoint (it stopped before the first), or
         the checkpoint is damaged, does not hold the metrics of the updates before it, or does not
         match config.json (the message says what to do).
     """
     path = Path(run_dir)
-    config, options = load_run_config(path)
+    _read_run_config(path, trust_imports)  # before the folder's lock file is made, or anything imported
+    with run_lock.acquire(path):
+        return _resume(path, progress=progress, loggers=loggers, progress_file=progress_file,
+                       trust_imports=trust_imports)
+
+
+def _resume(path: Path, *, progress: bool, loggers: Sequence[Any], progress_file, trust_imports: bool) -> Run:
+    """`resume_run`'s work, with the folder's lock held."""
+    config, options = load_run_config(path, trust_imports=trust_imports)
     check_supported(config, options)
     summary_file = path / SUMMARY_FILE
     try:
@@ -840,11 +892,9 @@ def _close(sinks) -> None:
 
 
 # ------------------------------------------------------------------------------ reading runs
-def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
-    """The config (of the run's algorithm) and RunOptions in a run folder's config.json, after
-    importing the modules its
-    `imports` lists (those that register the run's env: `fusedrl train --import` records them)."""
-    run_dir = Path(run_dir)
+def _read_run_config(run_dir: Path, trust_imports: bool) -> tuple[dict[str, Any], RunOptions, str]:
+    """(config fields, RunOptions, algorithm) of a run folder's config.json, read without importing
+    anything; raises UntrustedImportsError if it names modules to import and not `trust_imports`."""
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a fusedrl run folder: {CONFIG_FILE} is missing.")
     ppo, run, algo = read_config_file(run_dir / CONFIG_FILE)
@@ -852,14 +902,26 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
         options = RunOptions(**run)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{run_dir / CONFIG_FILE} is invalid: {e} Fix that field in the file.") from None
+    check_trusted(str(run_dir / CONFIG_FILE), named_modules(ppo, options.imports), trust=trust_imports)
+    return ppo, options, algo
+
+
+def load_run_config(run_dir: str | os.PathLike, *,
+                    trust_imports: bool = False) -> tuple[PPOConfig, RunOptions]:
+    """The config (of the run's algorithm) and RunOptions in a run folder's config.json, after
+    importing the modules it names: its `imports` (those that register the run's env: `fusedrl
+    train --import` records them) and the module of its own network ("module:function").
+
+    Importing a module runs its code, so a config.json that names any is read only with
+    `trust_imports=True` (`--trust-imports` on the command line); otherwise UntrustedImportsError (a
+    ValueError) names them, and nothing is imported. The current directory is on the path while
+    they are imported, and only then.
+    """
+    run_dir = Path(run_dir)
+    ppo, options, algo = _read_run_config(run_dir, trust_imports)
     # A run's own network ("module:function") is imported as its imports are (the current directory
     # on the path): `train_run` from Python does not record its module in `imports`.
-    network = ppo.get("network") if isinstance(ppo, Mapping) else None
-    from fusedrl.networks import network_module, network_path_error
-
-    own = []
-    if isinstance(network, str) and network_path_error(network) is None:
-        own = [network_module(network)]
+    own = [m for m, why in named_modules(ppo, ()) if why.startswith("network")]
     try:  # the modules that register the run's env, as `fusedrl train --import` recorded them
         import_modules(options.imports, source=f"{run_dir / CONFIG_FILE} imports")
         import_modules(own, source=f"{run_dir / CONFIG_FILE} network")
@@ -871,14 +933,37 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
         raise ValueError(f"{run_dir / CONFIG_FILE} is invalid: {e} Fix that field in the file.") from None
 
 
+def run_status(run_dir: str | os.PathLike) -> str | None:
+    """The status of the run in `run_dir`: "running" while a process holds the folder's lock
+    (`fusedrl.run_lock`: it trains, resumes or saves the run), else summary.json's ("finished",
+    "failed", "interrupted", "interrupted while saving", ...), except that a run whose summary.json
+    says "running", or that has none, reads "interrupted": its writer died without a word (kill -9, a
+    lost machine). None: `run_dir` has no config.json."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        return None
+    if run_lock.holder(run_dir) is not None:
+        return "running"
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = None
+    status = summary.get("status") if isinstance(summary, dict) else None
+    return "interrupted" if status in (None, "running") or not isinstance(status, str) else status
+
+
 def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
                  seed: int | None = None, greedy: bool = True,
-                 max_steps: int | None = EVAL_MAX_STEPS) -> dict[str, Any]:
+                 max_steps: int | None = EVAL_MAX_STEPS, trust_imports: bool = False) -> dict[str, Any]:
     """Greedy (or, with greedy=False, sampled) returns of every seed in a saved run: {"per_seed":
     [...], "mean": m, "std": s, "episodes": n, "update": the checkpoint's update, "num_updates":
     the run's, "unfinished": episodes that had not ended after `max_steps` steps (NaN returns),
-    "diverged_seeds": seeds whose parameters are not finite (NaN returns)}. An unfinished run's
-    checkpoint (`checkpoint_every`) is its latest: "update" < "num_updates".
+    "diverged_seeds": seeds whose parameters are not finite (NaN returns), "status": `run_status`,
+    "holder": the pid of the process that trains it, if one does}. An unfinished run's checkpoint
+    (`checkpoint_every`) is its latest: "update" < "num_updates". A run still training is evaluated
+    as it is (reading takes no lock).
+
+    `trust_imports`: import the modules config.json names; see `load_run_config`.
 
     The defaults reproduce the run's summary.json: greedy, its eval_episodes, the key it used
     (`jax.random.key(seed)` with the run's seed + 1) and its bound on episodes (EVAL_MAX_STEPS).
@@ -888,10 +973,17 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
     if seed is not None and (error := seed_error(seed, MAX_KEY_SEED)) is not None:
         raise ValueError(f"seed: {error}.")
     run_dir = Path(run_dir)
-    config, options = load_run_config(run_dir)
+    config, options = load_run_config(run_dir, trust_imports=trust_imports)
+    holder, status = run_lock.holder(run_dir), run_status(run_dir)
     num_episodes = options.eval_episodes if num_episodes is None else num_episodes
     key = eval_key(options) if seed is None else jax.random.key(seed)
-    saved_config, state, hparams, meta = ckpt.restore(run_dir / CHECKPOINT_DIR, config)
+    try:
+        saved_config, state, hparams, meta = ckpt.restore(run_dir / CHECKPOINT_DIR, config)
+    except (ckpt.CheckpointError, FileNotFoundError) as e:
+        if holder is None:
+            raise
+        raise type(e)(f"{e}\n(process {holder or '?'} is training this run: its checkpoint may have been "
+                      f"replaced while it was read; try again.)") from None
     result = TrainResult(state=state, metrics={}, hparams=hparams)
     returns = evaluate_seeds(config, result, key, num_episodes, greedy=greedy, max_steps=max_steps)
     per_seed = returns.mean(axis=1)
@@ -899,7 +991,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
     return {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
             "episodes": num_episodes, "update": int(np.ravel(state.update)[0]),
             "num_updates": config.num_updates, "unfinished": unfinished_episodes(returns, diverged),
-            "diverged_seeds": diverged}
+            "diverged_seeds": diverged, "status": status, "holder": holder or None}
 
 
 def evaluation_warnings(diverged: Sequence[int] | None, unfinished: int | None,
