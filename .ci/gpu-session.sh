@@ -25,6 +25,7 @@ BUDGET=${GPU_SESSION_BUDGET:-520}
 SCALE=${GPU_SESSION_SCALE:-1}  # multiplies every step's limits: a dry run on a slow CPU
 START=$(date +%s)
 mkdir -p "$OUT"
+rm -f "$OUT"/{setup,tests,profile,bench,capacity,xla}.log "$OUT"/final.txt
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"

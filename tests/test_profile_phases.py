@@ -15,28 +15,29 @@ import pytest
 from fusedrl import profile
 from fusedrl.train.phases import PHASES
 
-# A scheduled program as `compiled.as_text()` prints it: a loop whose body runs a fused loss
+# A scheduled program as `compiled.as_text()` prints it (op_name paths shortened from
+# "jit(run)/while/body/..."): a loop whose body runs a fused loss
 # (metadata on the fusion), a fusion without metadata (its members are optimiser operations), and
 # an entry operation under no phase.
 HLO = """HloModule jit_run, is_scheduled=true, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
-%fused_computation (param_0: f32[4]) -> f32[4] {
+%fc (param_0: f32[4]) -> f32[4] {
   %param_0 = f32[4]{0} parameter(0)
-  ROOT %tanh.0 = f32[4]{0} tanh(%param_0), metadata={op_name="jit(run)/while/body/fusedrl_loss/transpose(jvp(tanh))"}
+  ROOT %tanh.0 = f32[4]{0} tanh(%param_0), metadata={op_name="b/fusedrl_loss/jvp(tanh)"}
 }
 
-%fused_computation.1 (param_0.1: f32[4]) -> f32[4] {
+%fc.1 (param_0.1: f32[4]) -> f32[4] {
   %param_0.1 = f32[4]{0} parameter(0)
-  %mul.2 = f32[4]{0} multiply(%param_0.1, %param_0.1), metadata={op_name="jit(run)/while/body/fusedrl_optimizer/mul"}
-  ROOT %add.3 = f32[4]{0} add(%mul.2, %param_0.1), metadata={op_name="jit(run)/while/body/fusedrl_optimizer/add"}
+  %mul.2 = f32[4]{0} multiply(%param_0.1, %param_0.1), metadata={op_name="b/fusedrl_optimizer/mul"}
+  ROOT %add.3 = f32[4]{0} add(%mul.2, %param_0.1), metadata={op_name="b/fusedrl_optimizer/add"}
 }
 
 %body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
   %p = (s32[], f32[4]{0}) parameter(0)
   %x = f32[4]{0} get-tuple-element(%p), index=1
-  %loss_fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(run)/while/body/fusedrl_loss/transpose(jvp(tanh))"}
-  %opt_fusion.2 = f32[4]{0} fusion(%loss_fusion), kind=kLoop, calls=%fused_computation.1
-  %env_in_policy = f32[4]{0} sine(%opt_fusion.2), metadata={op_name="jit(run)/fusedrl_policy/vmap(fusedrl_env)/sin"}
+  %loss_fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fc, metadata={op_name="b/fusedrl_loss/jvp(tanh)"}
+  %opt_fusion.2 = f32[4]{0} fusion(%loss_fusion), kind=kLoop, calls=%fc.1
+  %env_in_policy = f32[4]{0} sine(%opt_fusion.2), metadata={op_name="b/fusedrl_policy/vmap(fusedrl_env)/sin"}
   ROOT %t = (s32[], f32[4]{0}) tuple(%x, %env_in_policy)
 }
 
@@ -64,9 +65,11 @@ def test_hlo_phases_take_the_innermost_scope_and_a_bare_fusions_members():
     assert profile.phase_of("jit(f)/fusedrl_envx/sin") == "other"  # a whole scope name, not a prefix
 
 
-def _write_trace(tmp_path, events, processes):
+def _write_trace(tmp_path, events, processes, threads=()):
     meta = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}
             for pid, name in processes.items()]
+    meta += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
+             for pid, tid, name in threads]
     folder = tmp_path / "plugins" / "profile" / "run"
     folder.mkdir(parents=True)
     with gzip.open(folder / "host.trace.json.gz", "wt") as f:
@@ -103,6 +106,25 @@ def test_phase_times_prefer_the_devices_events_over_the_hosts(tmp_path):
     seconds, info = profile.phase_times(profile.read_trace(folder), "jit_run", ops)
     assert seconds["loss"] == pytest.approx(40e-6) and seconds["other"] == pytest.approx(10e-6)
     assert info["source"] == "device" and info["events"] == 2
+
+
+def test_device_kernels_without_hlo_op_go_by_their_name_and_derived_lines_count_once(tmp_path):
+    # A GPU kernel XLA emits is named after its operation ("opt_fusion.2" -> "opt_fusion_2"); a
+    # library's kernel (cuBLAS) names none of them: other, and said so. A derived "XLA Ops" line
+    # repeats the streams' time: where there is one, only it counts.
+    _, ops = profile.hlo_phases(HLO)
+    kernel = {"ph": "X", "pid": 2, "tid": 7, "ts": 0.0, "dur": 6.0, "name": "opt_fusion_2", "args": {}}
+    cublas = {"ph": "X", "pid": 2, "tid": 7, "ts": 0.0, "dur": 4.0, "name": "sm90_xmma_gemm_f32", "args": {}}
+    streams = [kernel, cublas]
+    folder = _write_trace(tmp_path / "a", streams, {2: "/device:GPU:0"}, [(2, 7, "Stream #13(Compute)")])
+    seconds, info = profile.phase_times(profile.read_trace(folder), "jit_run", ops)
+    assert seconds["optimizer"] == pytest.approx(6e-6) and seconds["other"] == pytest.approx(4e-6)
+    assert info["unmatched_s"] == pytest.approx(4e-6)
+    derived = [{**_event("loss_fusion", 9.0, pid=2), "tid": 8}]
+    folder = _write_trace(tmp_path / "b", streams + derived, {2: "/device:GPU:0"},
+                          [(2, 7, "Stream #13(Compute)"), (2, 8, "XLA Ops")])
+    seconds, _ = profile.phase_times(profile.read_trace(folder), "jit_run", ops)
+    assert sum(seconds.values()) == pytest.approx(9e-6) and seconds["loss"] == pytest.approx(9e-6)
 
 
 def test_read_trace_names_the_folder_without_a_trace(tmp_path):

@@ -317,7 +317,7 @@ def hlo_phases(hlo_text: str) -> tuple[str, dict[str, tuple[str, str]]]:
 def read_trace(trace_dir: str) -> list[dict[str, Any]]:
     """The events of the trace `jax.profiler.trace(trace_dir, create_perfetto_trace=True)` wrote:
     its Chrome-trace JSON (`*.trace.json.gz`, or `perfetto_trace.json.gz`), each complete event
-    ("ph": "X") with its process's name added as "process"."""
+    ("ph": "X") with its process's and thread's names added as "process" and "thread"."""
     files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True))
     files = files or sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"),
                                       recursive=True))
@@ -327,33 +327,57 @@ def read_trace(trace_dir: str) -> list[dict[str, Any]]:
     with gzip.open(files[-1], "rt") as f:
         data = json.load(f)
     events = data["traceEvents"] if isinstance(data, dict) else data
-    names = {e["pid"]: e.get("args", {}).get("name", "") for e in events
-             if e.get("ph") == "M" and e.get("name") == "process_name"}
-    return [{**e, "process": names.get(e.get("pid"), "")} for e in events if e.get("ph") == "X"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    processes = {e["pid"]: e.get("args", {}).get("name", "") for e in meta if e.get("name") == "process_name"}
+    threads = {(e["pid"], e.get("tid")): e.get("args", {}).get("name", "") for e in meta
+               if e.get("name") == "thread_name"}
+    return [{**e, "process": processes.get(e.get("pid"), ""),
+             "thread": threads.get((e.get("pid"), e.get("tid")), "")}
+            for e in events if e.get("ph") == "X"]
 
 
 def _same_module(event_module: str, module: str) -> bool:
     return event_module.split("(")[0] == module.split("(")[0]
 
 
+#: Lines a trace viewer derives from a device's kernels (one event per XLA op or module, or per
+#: name scope): they repeat the kernels' time. Of them only "XLA Ops" is used, where present.
+_DERIVED_LINES = ("XLA Ops", "XLA Modules", "Steps", "TensorFlow Name Scope", "TensorFlow Ops",
+                  "Framework Name Scope", "Framework Ops", "Source code")
+
+
+def _kernel_name(name: str) -> str:
+    """A GPU kernel's name as XLA forms it from its HLO instruction's ("loop_add_fusion.3" ->
+    "loop_add_fusion_3")."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
 def phase_times(events: Sequence[dict[str, Any]], module: str,
                 ops: dict[str, tuple[str, str]]) -> tuple[dict[str, float], dict[str, Any]]:
     """Seconds per phase (`PHASE_ROWS`) of the operations of `module` in a trace's `events`.
 
-    The events counted are those that name an operation (`args.hlo_op`) of the module: on a GPU
-    the device's (kernels and copies, from processes named "/device:..."), on a CPU, which has no
-    device events, the host's XLA threads'. Events of control-flow operations (a loop enclosing its
-    body's operations) are left out, so nothing is counted twice. An operation the module's HLO
-    does not name counts as "other" (`unmatched_s` says how much)."""
-    mine = [e for e in events if "hlo_op" in e.get("args", {})
-            and _same_module(str(e["args"].get("hlo_module", module)), module)]
-    device = [e for e in mine if e["process"].startswith("/device:")]
+    On a GPU the device's events count (processes named "/device:...": its kernels and copies, or
+    its derived "XLA Ops" line where the trace has one); each names its operation (`args.hlo_op`,
+    else the kernel's name, which XLA forms from the operation's). On a CPU, which has no device
+    events, the events of XLA's threads that name an operation count. Events of control-flow
+    operations (a loop enclosing its body's operations) are left out, so nothing counts twice, and
+    so are events of another program (`args.hlo_module`). A device event the module's HLO does not
+    name counts as "other" (`unmatched_s` says how much)."""
+    def ours(e):
+        return _same_module(str(e.get("args", {}).get("hlo_module", module)), module)
+
+    device = [e for e in events if e["process"].startswith("/device:") and "CPU" not in e["process"]
+              and ours(e) and e.get("dur", 0) > 0]
+    derived = [e for e in device if e.get("thread") == "XLA Ops"]
+    device = derived or [e for e in device if e.get("thread") not in _DERIVED_LINES]
     source = "device" if device else "host"
+    counted = device or [e for e in events if "hlo_op" in e.get("args", {}) and ours(e)]
+    by_kernel = {_kernel_name(name): v for name, v in ops.items()}
     seconds = dict.fromkeys(PHASE_ROWS, 0.0)
     unmatched = 0.0
-    for e in device or mine:
-        op = e["args"]["hlo_op"]
-        opcode, phase = ops.get(op) or ops.get(op.replace("_", "."), ("", None)) or ("", None)
+    for e in counted:
+        op = str(e.get("args", {}).get("hlo_op") or e.get("name", ""))
+        opcode, phase = ops.get(op) or by_kernel.get(_kernel_name(op)) or ("", None)
         if opcode in _CONTROL_OPCODES:
             continue
         dur = float(e.get("dur", 0.0)) * 1e-6  # the trace's times are microseconds
@@ -361,7 +385,7 @@ def phase_times(events: Sequence[dict[str, Any]], module: str,
             unmatched += dur
             phase = "other"
         seconds[phase] += dur
-    return seconds, {"events": len(device or mine), "source": source, "unmatched_s": unmatched}
+    return seconds, {"events": len(counted), "source": source, "unmatched_s": unmatched}
 
 
 def profile_phases(config, agents: int | None = None, updates: int = 4,
@@ -457,6 +481,9 @@ def format_phases(summary: dict[str, Any]) -> str:
     where = "device" if summary["source"] == "device" else "XLA's CPU threads (they overlap)"
     lines.append(f"wall {wall * 1e3:.3f} ms/update; operations' time / wall {busy / wall:.0%} ({where}); "
                  f"env steps/s {summary['steps_per_s']:,.0f}")
+    if summary["source"] == "host" and summary["device"].split(":")[0] != "cpu":
+        lines.append("the trace has no device events (is CUPTI installed?): these are the host's launch "
+                     "times, not the device's")
     if summary.get("unmatched_seconds"):
         lines.append(f"of 'other': {summary['unmatched_seconds'] * 1e3:.3f} ms/update in operations the "
                      f"program's HLO does not name")
