@@ -158,8 +158,9 @@ def test_every_phase_of_a_real_run_takes_time_and_the_phases_add_up(traced):
     # Each of the trainer's phases is found in the trace: a scope removed leaves its phase at 0.
     assert all(seconds[p] > 0 for p in PHASES), seconds
     assert sum(seconds.values()) == pytest.approx(summary["busy_seconds"])
-    # The phases hold most of the time; what lies outside them (metrics, loop bookkeeping) is less.
-    assert seconds["other"] < 0.5 * summary["busy_seconds"], seconds
+    # The events of one thread (or GPU stream) do not overlap, so their time fits in the run's wall
+    # time once per thread that ran operations.
+    assert summary["busy_seconds"] <= summary["wall_seconds"] * summary["lanes"], summary
     assert summary["agents"] == 2 and summary["updates"] == 2 and summary["events"] > 0
     assert summary["steps_per_s"] == pytest.approx(2 * 4 * 8 / summary["wall_seconds"])
     assert summary["source"] == "host"  # XLA:CPU has no device events: its threads' events count

@@ -385,7 +385,8 @@ def phase_times(events: Sequence[dict[str, Any]], module: str,
             unmatched += dur
             phase = "other"
         seconds[phase] += dur
-    return seconds, {"events": len(counted), "source": source, "unmatched_s": unmatched}
+    lanes = len({(e.get("pid"), e.get("tid")) for e in counted})
+    return seconds, {"events": len(counted), "lanes": lanes, "source": source, "unmatched_s": unmatched}
 
 
 def profile_phases(config, agents: int | None = None, updates: int = 4,
@@ -445,7 +446,7 @@ def profile_phases(config, agents: int | None = None, updates: int = 4,
         "seconds": {k: v / updates for k, v in seconds.items()},
         "busy_seconds": busy / updates, "wall_seconds": wall / updates, "compile_s": compile_s,
         "steps_per_s": n * config.num_envs * config.num_steps * updates / wall,
-        "events": info["events"], "source": info["source"],
+        "events": info["events"], "lanes": info["lanes"], "source": info["source"],
         "unmatched_seconds": info["unmatched_s"] / updates,
         "jax": jax.__version__, "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
         "trace_dir": trace_dir,
