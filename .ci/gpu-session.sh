@@ -11,8 +11,8 @@
 # .whl/fw/ (fusedrl's own wheel) and .whl/purejaxrl-src/. Every step runs under `timeout`, within
 # one budget for the whole script (GPU_SESSION_BUDGET seconds, default 520); a step that would not
 # fit in what is left is skipped and says so. Each step's output goes to its own file under $OUT
-# (7 files; the machine returns at most 8). PYTHON names the interpreter (default python3);
-# GPU_SESSION_SCALE multiplies every limit (a dry run on a CPU, where compiles are slower).
+# (8 files with the summary; the machine returns at most 8). PYTHON names the interpreter
+# (default python3); GPU_SESSION_SCALE multiplies every limit (a dry run on a slower CPU).
 set -uo pipefail
 
 SMOKE=""
@@ -113,6 +113,6 @@ step xla-triton-gemm 70 40 xla.log "${BENCH[@]:0:4}" $SMOKE --rows "breakout-$BA
   grep -h -E "^(breakout|cartpole|capacity)[^ ]* +(fusedrl|purejaxrl) " "$OUT/bench.log" "$OUT/capacity.log" \
     "$OUT/xla.log" 2>/dev/null
   echo
-  grep -h -E "x,|x \(|capacity-|bfloat16/float32|device time per phase|GROWS" "$OUT/profile.log" \
-    "$OUT/bench.log" "$OUT/capacity.log" 2>/dev/null
+  grep -h -E ": fusedrl/PureJaxRL|bfloat16/float32|device time per phase|GROWS|^capacity-[^ ]+, " \
+    "$OUT/profile.log" "$OUT/bench.log" "$OUT/capacity.log" 2>/dev/null
 } | tee "$OUT/final.txt"
