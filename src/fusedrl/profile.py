@@ -2,6 +2,11 @@
 
     python -m fusedrl.bench profile --env CartPole-v1 --mode fused
     python -m fusedrl.bench profile --env gymnasium:CartPole-v1 --mode bridge
+    fusedrl profile --env CartPole-v1 --phases [--agents 2048]     # device time per phase
+
+`--phases` is another measurement (`profile_phases`): a jax.profiler trace of a few updates of the
+whole jitted run, its device time summed per phase of the update (`fusedrl.train.phases`) through
+the compiled program's HLO. What follows describes the modes' timings of separately jitted pieces.
 
 Measured, not estimated. Every piece is run once first (compile excluded), then timed `--repeats`
 times with `block_until_ready`; the table reports medians.
