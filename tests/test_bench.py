@@ -1232,15 +1232,22 @@ def test_cpu_model_names_the_processor_and_its_widest_simd_extension():
 def test_gpu_bench_smoke_prints_a_row_and_a_json_line_per_measurement():
     # The training group (probe, one agent, vmapped agents) and the env-stepping group, each in
     # its worker process, as on a GPU; CartPole only, to keep the compiles few.
+    # Then the phase breakdown of the vmapped row (`--profile`), in its own worker too.
     proc = subprocess.run(
         [sys.executable, "-m", "fusedrl.bench", "gpu", "--smoke",
-         "--rows", "cartpole-1,cartpole-3,envs-cartpole"],
+         "--rows", "cartpole-1,cartpole-3,envs-cartpole", "--profile", "cartpole-3",
+         "--profile-updates", "1"],
         capture_output=True, text=True, timeout=800,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     rows = [json.loads(line) for line in lines if line.startswith("{")]
-    assert [r["row"] for r in rows] == ["cartpole-1", "cartpole-3"] + ["envs-cartpole"] * 3
+    assert [r["row"] for r in rows] == ["cartpole-1", "cartpole-3"] + ["envs-cartpole"] * 3 + ["cartpole-3"]
+    profiled = rows.pop()
+    assert profiled["kind"] == "profile" and profiled["agents"] == 3 and profiled["updates"] == 1
+    assert all(profiled["seconds"][phase] > 0 for phase in ("env", "policy", "loss", "optimizer")), profiled
+    assert sum(profiled["seconds"].values()) == pytest.approx(profiled["busy_seconds"])
+    assert "cartpole-3 device time per phase (host events): env " in proc.stdout
     one, many = rows[:2]
     assert one["agents"] == 1 and many["agents"] == 3
     assert one["env_steps"] == 8 * 16 * 4 and many["env_steps"] == 3 * 8 * 16 * 4
@@ -1307,7 +1314,12 @@ def test_gpu_bench_reports_a_group_that_outlives_its_timeout_as_error_rows():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (["--rows", "breakout-7"], "unknown or no row"),
+    (["--rows", "breakout-x"], "unknown or no row"),
+    (["--rows", "breakout-0"], "unknown or no row"),
+    (["--profile", "envs-cartpole"], "here only training rows"),
+    (["--agents", "256,1"], "agent counts >= 2"),
+    (["--total-timesteps", "0"], "--total-timesteps must be >= 1"),
+    (["--xla-flags=xla_gpu_triton_gemm_any=True"], "each start with '--'"),
     (["--purejaxrl-rows", "breakout-1"], "needs --purejaxrl-src"),
     (["--purejaxrl-src", "/nonexistent"], "no purejaxrl/ppo.py"),
     (["--purejaxrl-src", ".", "--purejaxrl-rows", "envs-cartpole"], "unknown or no row"),
@@ -1347,3 +1359,84 @@ def test_purejaxrl_gpu_peer_trains_the_given_config_and_counts_every_seed(tmp_pa
                    env={"PUREJAXRL_SRC": str(tmp_path), "FUSEDRL_PUREJAXRL_CONFIG": config})
     assert row["sps"] * row["train_s"] == pytest.approx(2 * 3 * 4 * 8)  # 2 seeds x 3 updates of 32
     assert row["ret"] == 7.0 and row["peak_bytes"] is None and row["hangs"] == 0
+
+
+def test_gpu_bench_row_names_follow_agents_bf16_and_capacity():
+    from fusedrl.bench import gpu
+
+    names = gpu.row_names(gpu.FULL, {"breakout": [256, 512], "cartpole": None}, bf16=True, capacity=True)
+    assert names == ["breakout-1", "breakout-256", "breakout-256-bf16", "breakout-512", "breakout-512-bf16",
+                     "capacity-breakout", "cartpole-1", "cartpole-2048", "cartpole-2048-bf16",
+                     "capacity-cartpole", "envs-breakout", "envs-cartpole"]
+    assert gpu.parse_row("breakout-512-bf16") == {"kind": "train", "env": "breakout", "agents": 512,
+                                                  "compute_dtype": "bfloat16"}
+    assert gpu.parse_row("capacity-cartpole")["kind"] == "capacity" and gpu.parse_row("cartpole-x") is None
+    config = gpu.ppo_config("breakout", False, total_timesteps=32768, compute_dtype="bfloat16")
+    assert config.compute_dtype == "bfloat16" and config.total_timesteps == 32768 and config.num_envs == 64
+    assert gpu.purejaxrl_config("breakout", False, 32768)["TOTAL_TIMESTEPS"] == 32768
+    assert gpu.capacity_sizes(256, 2048) == [256, 512, 1024, 2048] and gpu.capacity_sizes(3, 5) == [3]
+
+
+def test_gpu_bench_knows_xlas_out_of_memory_error():
+    from fusedrl.bench import gpu
+
+    # XLA's own words (jaxlib's XlaRuntimeError on a GPU that cannot hold the program's buffers)
+    assert gpu.is_out_of_memory("XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+                                "allocate 68719476736 bytes.")
+    assert not gpu.is_out_of_memory("XlaRuntimeError: INTERNAL: CUDA error: an illegal memory access")
+
+
+def test_gpu_bench_capacity_doubles_until_out_of_memory_and_tries_purejaxrl_at_the_same_sizes(
+        monkeypatch, capsys, tmp_path):
+    # Stand-ins for the worker processes: ours runs out of memory at 1024 agents, PureJaxRL at 512.
+    # What is checked: the sizes tried, where each side stops, the summary and the exit code.
+    from fusedrl.bench import gpu
+
+    (tmp_path / "purejaxrl").mkdir()
+    (tmp_path / "purejaxrl" / "ppo.py").write_text("")
+    oom = "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1 bytes."
+    ours, theirs, env_seen = [], [], []
+
+    def run_group(kind, env, rows, smoke, timeout, env_vars=None, **extra):
+        n = gpu.parse_row(rows[0])["agents"]
+        ours.append(n)
+        env_seen.append(env_vars)
+        if n >= 1024:
+            yield {"row": extra["label"], "error": oom, "out_of_memory": True}
+            return
+        yield {"row": extra["label"], "agents": n, "num_envs": 64, "env_steps": n * 10, "compile_s": 1.0,
+               "run_s": 1.0, "wall_s": 2.0, "steps_per_s": 1e6 * n, "final_return": 1.0,
+               "peak_bytes": n << 20, "total_timesteps": 10}
+
+    def purejaxrl_row(name, env, n, smoke, args, env_vars=None, attempts=3):
+        theirs.append((n, attempts))
+        if n >= 512:
+            return {"row": name, "impl": "purejaxrl", "agents": n, "error": oom, "out_of_memory": True}
+        return {"row": name, "impl": "purejaxrl", "agents": n, "num_envs": 64, "env_steps": n * 10,
+                "compile_s": 1.0, "run_s": 1.0, "wall_s": 2.0, "steps_per_s": 2e6 * n, "final_return": 1.0,
+                "peak_bytes": n << 21, "total_timesteps": 10}
+
+    monkeypatch.setattr(gpu, "run_group", run_group)
+    monkeypatch.setattr(gpu, "purejaxrl_row", purejaxrl_row)
+    monkeypatch.setattr(gpu, "device_info", lambda: {"device": "gpu:test", "device_count": 1})
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    code = gpu.main(["--rows", "capacity-breakout", "--agents", "256", "--purejaxrl-src", str(tmp_path),
+                     "--xla-flags=--xla_gpu_triton_gemm_any=True"])
+    out = capsys.readouterr().out
+    assert code == 0, out  # out of memory is what a capacity row measures, not a failure
+    assert ours == [256, 512, 1024] and theirs == [(256, 1), (512, 1)]
+    assert all(e["XLA_PYTHON_CLIENT_MEM_FRACTION"] == gpu.CAPACITY_MEM_FRACTION for e in env_seen)
+    assert all("--xla_gpu_triton_gemm_any=True" in e["XLA_FLAGS"] for e in env_seen)
+    assert "capacity-breakout, fusedrl: 512 agents ran (512.00M steps/s" in out
+    assert "out of device memory at 1,024 agents" in out and "out of device memory at 512 agents" in out
+    assert "capacity-breakout: fusedrl/PureJaxRL agent capacity 2.0x; best aggregate steps/s 1.00x" in out
+    assert "capacity-breakout    purejaxrl    512 out of device memory" in out
+
+
+def test_gpu_bench_xla_flags_reach_the_worker_process():
+    # An unknown flag in XLA_FLAGS makes XLA abort at start-up: the worker's error row says so.
+    from fusedrl.bench import gpu
+
+    rows = list(gpu.run_group("train", "cartpole", ["cartpole-1"], True, timeout=300,
+                              env_vars={"XLA_FLAGS": "--xla_fusedrl_no_such_flag=1"}))
+    assert len(rows) == 1 and "xla_fusedrl_no_such_flag" in rows[0]["error"], rows

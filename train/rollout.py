@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from fusedrl.train.phases import scoped
 from fusedrl.train.tuning import Tuning
 
 
@@ -58,18 +59,20 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
       [T, N, ...].
     """
 
+    policy_step, env_step = scoped("policy", policy_step), scoped("env", venv.step)
+
     def step(carry, xs):
         env_state, obs, policy_state = carry
         eps, draws = xs
         policy_state, pi, value = policy_step(params, policy_state, obs)
-        action = pi.sample_from_noise(eps)
-        next_obs, env_state, reward, terminated, truncated, info = venv.step(
+        action = scoped("policy", pi.sample_from_noise)(eps)
+        next_obs, env_state, reward, terminated, truncated, info = env_step(
             env_state, action, env_params, draws)
         done = terminated | truncated
         t = Transition(
             obs=obs,
             action=action,
-            log_prob=pi.log_prob(action),
+            log_prob=scoped("policy", pi.log_prob)(action),
             value=value,
             reward=reward,
             terminated=terminated,
@@ -82,9 +85,10 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
         return (env_state, next_obs, reset_policy_state(policy_state, done)), t
 
     k_noise, k_env = jax.random.split(key)
-    draws = venv.rollout_draws(k_env, env_params, num_steps, max_bytes=tuning.predraw_max_bytes)
+    draws = scoped("env", venv.rollout_draws)(k_env, env_params, num_steps,
+                                              max_bytes=tuning.predraw_max_bytes)
     (env_state, obs, policy_state), traj = jax.lax.scan(
-        step, (env_state, obs, policy_state), (noise(k_noise, num_steps), draws)
+        step, (env_state, obs, policy_state), (scoped("policy", noise)(k_noise, num_steps), draws)
     )
     return env_state, obs, policy_state, traj
 

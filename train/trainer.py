@@ -31,6 +31,7 @@ from fusedrl.networks import RecurrentActorCritic, build_network
 from fusedrl.platform import choices_platform
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
+from fusedrl.train.phases import scope
 from fusedrl.train.rollout import Transition, batched_values, rollout
 from fusedrl.train.tuning import Tuning, resolve_tuning
 from fusedrl.train.update import minibatch_epochs
@@ -364,7 +365,8 @@ class Trainer:
 
     def advantages(self, params, traj: Transition, hparams: Hyperparams, policy_state=None):
         """The algorithm's (advantages, targets[, weights]), each [T, N], of a [T, N] rollout."""
-        return self.algorithm.targets(traj, self.next_values(params, traj, policy_state), hparams)
+        with scope("advantages"):
+            return self.algorithm.targets(traj, self.next_values(params, traj, policy_state), hparams)
 
     def sequence_apply(self, params, obs):
         """The recurrent network on a minibatch of whole sequences, `obs` = (observations [B, T, ...],

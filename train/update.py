@@ -7,6 +7,7 @@ minibatch). The algorithm supplies the loss and the optimiser.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fusedrl.train.phases import scoped
 from fusedrl.train.shuffle import permutations
 
 
@@ -41,7 +43,10 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
       computed but whose step was not taken, as SB3 reports them.
     """
     batch_size = jax.tree.leaves(batch)[0].shape[0]
-    grad_fn = jax.grad(loss_fn, has_aux=True)
+    grad_fn = scoped("loss", jax.grad(loss_fn, has_aux=True))
+    optimizer_update = scoped("optimizer", optimizer.update)
+    apply_updates = scoped("optimizer", optax.apply_updates)
+    gather = scoped("shuffle", jax.tree.map)
 
     def minibatch_step(carry, mb):
         params, opt_state = carry[:2]
@@ -52,8 +57,8 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
         grads, stats = grad_fn(params, batch=mb)
         if axis_name is not None:
             grads = jax.lax.pmean(grads, axis_name)
-        updates, new_opt_state = optimizer.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
+        updates, new_opt_state = optimizer_update(grads, opt_state, params)
+        new_params = apply_updates(params, updates)
         if target_kl is None:
             return (new_params, new_opt_state), stats
         kl = stats.approx_kl
@@ -64,11 +69,12 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
         # Reported: every minibatch evaluated before the stop, the one that triggered it too.
         return (params, opt_state, stopped), (stats, ~stopped, ~carry[2])
 
+    @functools.partial(scoped, "shuffle")
     def draw(k):
         return permutations(k, 1, batch_size)[0]
 
     def shuffle_and_step(carry, perm):
-        shuffled = jax.tree.map(lambda x: x[perm].reshape((minibatches, -1) + x.shape[1:]), batch)
+        shuffled = gather(lambda x: x[perm].reshape((minibatches, -1) + x.shape[1:]), batch)
         return jax.lax.scan(minibatch_step, carry, shuffled)
 
     def epoch(carry, k):

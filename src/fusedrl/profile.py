@@ -2,6 +2,11 @@
 
     python -m fusedrl.bench profile --env CartPole-v1 --mode fused
     python -m fusedrl.bench profile --env gymnasium:CartPole-v1 --mode bridge
+    fusedrl profile --env CartPole-v1 --phases [--agents 2048]     # device time per phase
+
+`--phases` is another measurement (`profile_phases`): a jax.profiler trace of a few updates of the
+whole jitted run, its device time summed per phase of the update (`fusedrl.train.phases`) through
+the compiled program's HLO. What follows describes the modes' timings of separately jitted pieces.
 
 Measured, not estimated. Every piece is run once first (compile excluded), then timed `--repeats`
 times with `block_until_ready`; the table reports medians.
@@ -34,7 +39,11 @@ over the median wall time of an unprobed update.
 from __future__ import annotations
 
 import argparse
+import glob
+import gzip
 import json
+import os
+import re
 import statistics
 import sys
 import time
@@ -49,6 +58,7 @@ from fusedrl.envs import Discrete
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.losses import Batch
+from fusedrl.train.phases import PHASES
 from fusedrl.train.presets import preset_fields
 
 MODES = ("fused", "bridge")
@@ -245,6 +255,247 @@ def profile_bridge(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
     return _summary(config, "bridge", rows, total, statistics.median(unprobed), device, repeats)
 
 
+# ---- phases: the device time of a training run per phase, from a jax.profiler trace ----------
+
+#: The rows of the phase table, in order: the trainer's phases (`fusedrl.train.phases.PHASES`), then
+#: "other" (operations under no phase's scope: per-update metrics, loop bookkeeping, XLA's copies).
+PHASE_ROWS = (*PHASES, "other")
+
+#: Operations that only run others (a loop, a branch, a call): their events enclose the events of
+#: the operations they run, so only those are counted.
+_CONTROL_OPCODES = {"while", "conditional", "call", "async-start", "async-done", "async-update"}
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*)$")
+_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
+_OPCODE = re.compile(r"(?<![\w.\-])([a-z][a-z0-9\-]*)\(")
+_OP_NAME = re.compile(r'metadata=\{[^}]*?op_name="([^"]*)"')
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_SCOPE = re.compile("(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, PHASES.values())) + ")(?![A-Za-z0-9_])")
+_PHASE_OF_SCOPE = {v: k for k, v in PHASES.items()}
+
+
+def phase_of(op_name: str) -> str:
+    """The phase of an operation from its `op_name` (the scope path jax wrote into its metadata):
+    the innermost phase scope on the path, "other" under none."""
+    found = _SCOPE.findall(op_name or "")
+    return _PHASE_OF_SCOPE[found[-1]] if found else "other"
+
+
+def hlo_phases(hlo_text: str) -> tuple[str, dict[str, tuple[str, str]]]:
+    """(module name, {instruction name: (opcode, phase)}) of a compiled program's HLO text
+    (`compiled.as_text()`). A fusion's phase is its own metadata's, or, where it has none, the
+    most common phase among the operations it fuses."""
+    module = ""
+    ops: dict[str, tuple[str, str | None]] = {}
+    calls: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    computation = None
+    for line in hlo_text.splitlines():
+        if line.startswith("HloModule "):
+            module = line.split()[1].rstrip(",")
+            continue
+        m = _INSTRUCTION.match(line)
+        if m and not line.rstrip().endswith("{"):
+            name, rest = m.groups()
+            opcode = _OPCODE.search(rest)
+            op_name = _OP_NAME.search(rest)
+            ops[name] = (opcode.group(1) if opcode else "", phase_of(op_name.group(1)) if op_name else None)
+            called = _CALLS.search(rest)
+            if called:
+                calls[name] = called.group(1)
+            if computation is not None:
+                members.setdefault(computation, []).append(name)
+            continue
+        c = _COMPUTATION.match(line)
+        if c:
+            computation = c.group(1)
+    out = {}
+    for name, (opcode, phase) in ops.items():
+        if phase is None:
+            inner = [ops[i][1] for i in members.get(calls.get(name, ""), []) if ops[i][1] is not None]
+            named = [p for p in inner if p != "other"] or inner
+            phase = max(set(named), key=named.count) if named else "other"
+        out[name] = (opcode, phase)
+    return module, out
+
+
+def read_trace(trace_dir: str) -> list[dict[str, Any]]:
+    """The events of the trace `jax.profiler.trace(trace_dir, create_perfetto_trace=True)` wrote:
+    its Chrome-trace JSON (`*.trace.json.gz`, or `perfetto_trace.json.gz`), each complete event
+    ("ph": "X") with its process's and thread's names added as "process" and "thread"."""
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True))
+    files = files or sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"),
+                                      recursive=True))
+    if not files:
+        raise FileNotFoundError(f"{trace_dir}: jax.profiler wrote no *.trace.json.gz or "
+                                f"perfetto_trace.json.gz there")
+    with gzip.open(files[-1], "rt") as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    meta = [e for e in events if e.get("ph") == "M"]
+    processes = {e["pid"]: e.get("args", {}).get("name", "") for e in meta if e.get("name") == "process_name"}
+    threads = {(e["pid"], e.get("tid")): e.get("args", {}).get("name", "") for e in meta
+               if e.get("name") == "thread_name"}
+    return [{**e, "process": processes.get(e.get("pid"), ""),
+             "thread": threads.get((e.get("pid"), e.get("tid")), "")}
+            for e in events if e.get("ph") == "X"]
+
+
+def _same_module(event_module: str, module: str) -> bool:
+    return event_module.split("(")[0] == module.split("(")[0]
+
+
+#: Lines a trace viewer derives from a device's kernels (one event per XLA op or module, or per
+#: name scope): they repeat the kernels' time. Of them only "XLA Ops" is used, where present.
+_DERIVED_LINES = ("XLA Ops", "XLA Modules", "Steps", "TensorFlow Name Scope", "TensorFlow Ops",
+                  "Framework Name Scope", "Framework Ops", "Source code")
+
+
+def _kernel_name(name: str) -> str:
+    """A GPU kernel's name as XLA forms it from its HLO instruction's ("loop_add_fusion.3" ->
+    "loop_add_fusion_3")."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def phase_times(events: Sequence[dict[str, Any]], module: str,
+                ops: dict[str, tuple[str, str]]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Seconds per phase (`PHASE_ROWS`) of the operations of `module` in a trace's `events`.
+
+    On a GPU the device's events count (processes named "/device:...": its kernels and copies, or
+    its derived "XLA Ops" line where the trace has one); each names its operation (`args.hlo_op`,
+    else the kernel's name, which XLA forms from the operation's). On a CPU, which has no device
+    events, the events of XLA's threads that name an operation count. Events of control-flow
+    operations (a loop enclosing its body's operations) are left out, so nothing counts twice, and
+    so are events of another program (`args.hlo_module`). A device event the module's HLO does not
+    name counts as "other" (`unmatched_s` says how much)."""
+    def ours(e):
+        return _same_module(str(e.get("args", {}).get("hlo_module", module)), module)
+
+    device = [e for e in events if e["process"].startswith("/device:") and "CPU" not in e["process"]
+              and ours(e) and e.get("dur", 0) > 0]
+    derived = [e for e in device if e.get("thread") == "XLA Ops"]
+    device = derived or [e for e in device if e.get("thread") not in _DERIVED_LINES]
+    source = "device" if device else "host"
+    counted = device or [e for e in events if "hlo_op" in e.get("args", {}) and ours(e)]
+    by_kernel = {_kernel_name(name): v for name, v in ops.items()}
+    seconds = dict.fromkeys(PHASE_ROWS, 0.0)
+    unmatched = 0.0
+    for e in counted:
+        op = str(e.get("args", {}).get("hlo_op") or e.get("name", ""))
+        opcode, phase = ops.get(op) or by_kernel.get(_kernel_name(op)) or ("", None)
+        if opcode in _CONTROL_OPCODES:
+            continue
+        dur = float(e.get("dur", 0.0)) * 1e-6  # the trace's times are microseconds
+        if phase is None:
+            unmatched += dur
+            phase = "other"
+        seconds[phase] += dur
+    lanes = len({(e.get("pid"), e.get("tid")) for e in counted})
+    return seconds, {"events": len(counted), "lanes": lanes, "source": source, "unmatched_s": unmatched}
+
+
+def profile_phases(config, agents: int | None = None, updates: int = 4,
+                   trace_dir: str | None = None) -> dict[str, Any]:
+    """The device time of `updates` training updates of `config` per phase (`PHASE_ROWS`).
+
+    The run (`Trainer.run`, jitted; with `agents`, vmapped over that many agents as
+    `jax.jit(jax.vmap(train))` trains them) is compiled and run once, then run again under
+    `jax.profiler.trace`; the trace's events are summed per phase through the compiled program's
+    HLO (each operation's scope path). `trace_dir` keeps the trace there (for TensorBoard or
+    Perfetto); by default it goes to a temporary folder. Returns the summary that `format_phases`
+    prints (seconds per update, summed over the agents' batched operations)."""
+    import tempfile
+
+    from fusedrl.train.ppo import make_train
+
+    if int(updates) < 1:
+        raise ValueError(f"updates must be >= 1, got {updates}.")
+    if agents is not None and int(agents) < 1:
+        raise ValueError(f"agents must be >= 1, got {agents}.")
+    updates = int(updates)
+    trainer = make_train(config)
+    hp = trainer.default_hparams()
+    key = jax.random.key(0)
+    if agents is None:
+        state = jax.jit(trainer.init)(key, hp)
+        run = jax.jit(lambda s: trainer.run(s, hp, updates).state)
+    else:
+        state = jax.jit(jax.vmap(trainer.init, in_axes=(0, None)))(jax.random.split(key, int(agents)), hp)
+        run = jax.jit(jax.vmap(lambda s: trainer.run(s, hp, updates).state))
+    t0 = time.perf_counter()
+    compiled = run.lower(state).compile()
+    compile_s = time.perf_counter() - t0
+    module, ops = hlo_phases(compiled.as_text())
+    jax.block_until_ready(compiled(state))  # first run: allocations, autotuning
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = trace_dir or tmp
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(state))
+            wall = time.perf_counter() - t0
+        events = read_trace(folder)
+    seconds, info = phase_times(events, module, ops)
+    busy = sum(seconds.values())
+    if busy <= 0:
+        raise RuntimeError(f"the trace in {trace_dir or 'a temporary folder'} holds no event of the "
+                           f"program {module!r} ({len(events)} events in all): the profiler saw none "
+                           f"of its operations")
+    n = 1 if agents is None else int(agents)
+    dev = jax.devices()[0]
+    return {
+        "bench": "profile-phases",
+        "env_id": config.env_id, "agents": n, "num_envs": config.num_envs, "num_steps": config.num_steps,
+        "update_epochs": getattr(config, "update_epochs", 1),
+        "num_minibatches": getattr(config, "num_minibatches", 1),
+        "compute_dtype": getattr(config, "compute_dtype", "float32"), "updates": updates,
+        "seconds": {k: v / updates for k, v in seconds.items()},
+        "busy_seconds": busy / updates, "wall_seconds": wall / updates, "compile_s": compile_s,
+        "steps_per_s": n * config.num_envs * config.num_steps * updates / wall,
+        "events": info["events"], "lanes": info["lanes"], "source": info["source"],
+        "unmatched_seconds": info["unmatched_s"] / updates,
+        "jax": jax.__version__, "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}",
+        "trace_dir": trace_dir,
+    }
+
+
+#: What each phase row holds, printed under the table.
+PHASE_NOTES = {
+    "env": "the envs' step and reset",
+    "policy": "the policy's forward pass in the rollout, sampling, log-probabilities",
+    "advantages": "values of the next observations and the targets (GAE)",
+    "loss": "the loss's forward and backward pass per minibatch",
+    "optimizer": "the optimiser's update (Adam, the gradient clip) and applying it",
+    "shuffle": "each epoch's permutation and the gathered minibatches",
+    "other": "operations under no phase: per-update metrics, the loops' bookkeeping, XLA's copies",
+}
+
+
+def format_phases(summary: dict[str, Any]) -> str:
+    """The table of `profile_phases`: each phase's time per update and share of the busy time."""
+    busy, wall = summary["busy_seconds"], summary["wall_seconds"]
+    lines = [
+        f"{summary['env_id']}  agents={summary['agents']}  num_envs={summary['num_envs']}  "
+        f"num_steps={summary['num_steps']}  epochs x minibatches={summary['update_epochs']}x"
+        f"{summary['num_minibatches']}  {summary['compute_dtype']}  (jax {summary['jax']}, "
+        f"{summary['device']}, {summary['updates']} updates traced, {summary['source']} events)",
+        f"{'phase':<12}{'ms/update':>12}{'share':>9}   what",
+    ]
+    for name in PHASE_ROWS:
+        sec = summary["seconds"][name]
+        lines.append(f"{name:<12}{sec * 1e3:>12.3f}{sec / busy:>9.1%}   {PHASE_NOTES[name]}")
+    lines.append(f"{'busy':<12}{busy * 1e3:>12.3f}{1:>9.0%}   the operations' time, summed")
+    where = "device" if summary["source"] == "device" else "XLA's CPU threads (they overlap)"
+    lines.append(f"wall {wall * 1e3:.3f} ms/update; operations' time / wall {busy / wall:.0%} ({where}); "
+                 f"env steps/s {summary['steps_per_s']:,.0f}")
+    if summary["source"] == "host" and summary["device"].split(":")[0] != "cpu":
+        lines.append("the trace has no device events (is CUPTI installed?): these are the host's launch "
+                     "times, not the device's")
+    if summary.get("unmatched_seconds"):
+        lines.append(f"of 'other': {summary['unmatched_seconds'] * 1e3:.3f} ms/update in operations the "
+                     f"program's HLO does not name")
+    return "\n".join(lines)
+
+
 def _summary(config, mode, rows, total, unprobed_total, device, repeats) -> dict[str, Any]:
     dev = jax.devices()[0]
     return {
@@ -341,6 +592,18 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=positive_int, default=5, help="timed repeats (default: 5)")
     p.add_argument("--json", action="store_true",
                    help="also print the measurements as one JSON line after the table")
+    p.add_argument("--phases", action="store_true",
+                   help="where the device time goes: trace a few training updates with jax.profiler and "
+                        "sum the device time per phase (env, policy, advantages, loss, optimizer, "
+                        "shuffle, other); fused mode only")
+    p.add_argument("--agents", type=positive_int, default=None,
+                   help="with --phases: that many agents vmapped, as jax.jit(jax.vmap(train)) trains them")
+    p.add_argument("--updates", type=positive_int, default=4,
+                   help="with --phases: updates traced (default: %(default)s)")
+    p.add_argument("--trace-dir", default=None,
+                   help="with --phases: keep the jax.profiler trace in this folder (TensorBoard, Perfetto)")
+    p.add_argument("--compute-dtype", choices=("float32", "bfloat16"), default=None,
+                   help="the config's compute_dtype (default: the preset's)")
     p.add_argument("--no-compile-cache", action="store_true",
                    help="compile every program here instead of loading it from fusedrl's compile "
                         "cache (~/.cache/fusedrl/jax), and save none there; or set FUSEDRL_COMPILE_CACHE=0")
@@ -361,13 +624,25 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
         config = default_config(
             env_id, num_envs=args.num_envs, num_steps=args.num_steps,
             update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
+            compute_dtype=args.compute_dtype,
         )
+        if args.phases and mode != "fused":
+            raise UsageError(f"--phases traces the fused program, and {env_id!r} runs on the host "
+                             f"bridge: profile a JAX env (e.g. {env_id.split(':', 1)[-1]!r})")
+        if not args.phases and (args.agents or args.trace_dir):
+            raise UsageError("--agents and --trace-dir go with --phases")
     except (ValueError, TypeError, UsageError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     from fusedrl.cli import use_compile_cache
 
     use_compile_cache(args.no_compile_cache)
+    if args.phases:
+        summary = profile_phases(config, args.agents, args.updates, args.trace_dir)
+        print(format_phases(summary))
+        if args.json:
+            print(json.dumps(summary))
+        return 0
     summary = profile_update(config, mode, args.repeats)
     print(format_table(summary))
     if args.json:
@@ -375,7 +650,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
     return 0
 
 
-__all__ = ["MODES", "default_config", "format_table", "main", "profile_update", "resolve"]
+__all__ = ["MODES", "PHASE_ROWS", "default_config", "format_phases", "format_table", "hlo_phases", "main",
+           "phase_of", "phase_times", "profile_phases", "profile_update", "read_trace", "resolve"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

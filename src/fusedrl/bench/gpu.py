@@ -1,6 +1,8 @@
 """The figures people compare on a GPU: PPO on MinAtar-Breakout and CartPole, env stepping, memory.
 
-    python -m fusedrl.bench gpu [--smoke] [--rows ROW,...]
+    python -m fusedrl.bench gpu [--smoke] [--rows ROW,...] [--agents N,...] [--cartpole-agents N,...]
+                                [--bf16] [--capacity] [--total-timesteps N] [--xla-flags "..."]
+                                [--profile ROW,...]
                                 [--purejaxrl-src DIR [--peer-python PY] [--peer-path DIR]
                                  [--purejaxrl-rows ROW,...]]
 
@@ -41,6 +43,28 @@ gymnax 0.0.x and distrax, which our gymnax 1.x excludes from one interpreter: `-
 names another interpreter (default: this one) and `--peer-path` a folder put first on the peer's
 PYTHONPATH (e.g. one holding gymnax 0.0.9 and distrax).
 
+Sizing a run (every name below is also a valid `--rows` entry):
+
+  breakout-N, cartpole-N    N agents vmapped (`--agents 256,512,1024,2048` sets Breakout's Ns,
+                            `--cartpole-agents` CartPole's); each N > 1 in its own fresh process,
+                            so its peak memory is its own
+  breakout-N-bf16           the same at `compute_dtype="bfloat16"` (`--bf16` adds one beside each
+                            vmapped row; PureJaxRL has no such mode: its float32 row is the ratio's)
+  capacity-breakout         the most agents that fit in device memory: from the env's largest N,
+  capacity-cartpole         doubling (a fresh process each) until one runs out of device memory or
+                            `--capacity-max`; the largest that ran, with its steps/s. With
+                            `--purejaxrl-src`, PureJaxRL at the same sizes until its out-of-memory.
+                            Both sides' workers preallocate `CAPACITY_MEM_FRACTION` of the device
+                            (unless XLA_PYTHON_CLIENT_MEM_FRACTION is set)
+
+`--total-timesteps N` sets the env steps per agent of every training row, both sides (steps/s is
+timed without the compile, so a shorter run gives it too; PureJaxRL's memory grows with the run's
+length and ours does not, so its peak at a shorter run is below its peak at the full one).
+`--xla-flags "..."` is added to XLA_FLAGS in every worker process, both sides (e.g.
+`--xla_gpu_triton_gemm_any=True`); the rows record it. `--profile ROW,...` prints each row's
+device time per phase (`fusedrl.profile.profile_phases`, a jax.profiler trace of
+`--profile-updates` updates) instead of its training rows (with `--rows`, after them).
+
 `--smoke` runs every row at tiny sizes (a few updates, 2-3 agents, 16-256 envs), on CPU in a
 minute or two: it checks the harness, not the speed.
 """
@@ -50,6 +74,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -93,8 +118,15 @@ FLAT_SLACK_BYTES = 1 << 20
 
 #: Sizes of a full run and of `--smoke`. Per env: (agents of the vmapped row, env-stepping sizes).
 FULL = {"breakout": 256, "cartpole": 2048, "env_sizes": (4096, 65536, 262144), "scan_steps": 100,
-        "min_time": 0.5}
-SMOKE = {"breakout": 2, "cartpole": 3, "env_sizes": (16, 64, 256), "scan_steps": 10, "min_time": 0.0}
+        "min_time": 0.5, "capacity_max": 1 << 20, "profile_updates": 4}
+SMOKE = {"breakout": 2, "cartpole": 3, "env_sizes": (16, 64, 256), "scan_steps": 10, "min_time": 0.0,
+         "capacity_max": 8, "profile_updates": 2}
+#: The device memory the capacity rows' workers preallocate (XLA_PYTHON_CLIENT_MEM_FRACTION), both
+#: sides, unless the environment sets it: jax's default .75 would leave a quarter of it unused.
+CAPACITY_MEM_FRACTION = "0.95"
+ENVS = ("breakout", "cartpole")
+_TRAIN_ROW = re.compile(r"^(breakout|cartpole)-([1-9][0-9]*)(-bf16)?$")
+_CAPACITY_ROW = re.compile(r"^capacity-(breakout|cartpole)(-bf16)?$")
 SMOKE_FIELDS = {  # tiny runs: 4 updates of 8 envs x 16 steps; one epoch of 2 minibatches
     "num_envs": 8, "num_steps": 16, "total_timesteps": 8 * 16 * 4, "update_epochs": 1,
     "num_minibatches": 2,
@@ -103,21 +135,52 @@ ENV_IDS = {"breakout": "gymnax:Breakout-MinAtar", "cartpole": "CartPole-v1"}
 PEER_RUNNER = os.path.join(os.path.dirname(__file__), "_purejaxrl_gpu_peer.py")
 
 
-def row_names(sizes: dict) -> list[str]:
-    """Every row of a run at `sizes` (FULL or SMOKE), in the order they run."""
-    return ["breakout-1", f"breakout-{sizes['breakout']}", "cartpole-1", f"cartpole-{sizes['cartpole']}",
-            "envs-breakout", "envs-cartpole"]
+def row_names(sizes: dict, agents: dict[str, Sequence[int]] | None = None, bf16: bool = False,
+              capacity: bool = False) -> list[str]:
+    """Every row of a run at `sizes` (FULL or SMOKE), in the order they run: per env the one-agent
+    row, the vmapped rows (`agents[env]`, default the size's one; with `bf16` each beside its
+    bfloat16 twin), with `capacity` its capacity row; then the env-stepping rows."""
+    names = []
+    for env in ENVS:
+        names.append(f"{env}-1")
+        for n in (agents or {}).get(env) or [sizes[env]]:
+            names += [f"{env}-{n}"] + ([f"{env}-{n}-bf16"] if bf16 else [])
+        if capacity:
+            names.append(f"capacity-{env}")
+    return names + [f"envs-{env}" for env in ENVS]
 
 
-def ppo_config(env: str, smoke: bool):
-    """Our config of a training row: PureJaxRL's MinAtar or CartPole config (tiny with `smoke`)."""
+def parse_row(name: str) -> dict[str, Any] | None:
+    """{"kind", "env", "agents", "compute_dtype"} of a row name (None for an unknown one):
+    "breakout-256-bf16" is a training row, "capacity-cartpole" a capacity row (agents None),
+    "envs-breakout" env stepping."""
+    m = _TRAIN_ROW.match(name)
+    if m:
+        return {"kind": "train", "env": m.group(1), "agents": int(m.group(2)),
+                "compute_dtype": "bfloat16" if m.group(3) else "float32"}
+    m = _CAPACITY_ROW.match(name)
+    if m:
+        return {"kind": "capacity", "env": m.group(1), "agents": None,
+                "compute_dtype": "bfloat16" if m.group(2) else "float32"}
+    if name in (f"envs-{env}" for env in ENVS):
+        return {"kind": "envs", "env": name.split("-", 1)[1], "agents": None, "compute_dtype": "float32"}
+    return None
+
+
+def ppo_config(env: str, smoke: bool, total_timesteps: int | None = None, compute_dtype: str = "float32"):
+    """Our config of a training row: PureJaxRL's MinAtar or CartPole config (tiny with `smoke`),
+    with `total_timesteps` env steps per agent if given."""
     import fusedrl
 
     config = fusedrl.PPOConfig(**MINATAR) if env == "breakout" else fusedrl.preset("CartPole-v1")
-    return config.replace(**SMOKE_FIELDS) if smoke else config
+    if smoke:
+        config = config.replace(**SMOKE_FIELDS)
+    if total_timesteps is not None:
+        config = config.replace(total_timesteps=int(total_timesteps))
+    return config.replace(compute_dtype=compute_dtype) if compute_dtype != config.compute_dtype else config
 
 
-def purejaxrl_config(env: str, smoke: bool) -> dict[str, Any]:
+def purejaxrl_config(env: str, smoke: bool, total_timesteps: int | None = None) -> dict[str, Any]:
     """PureJaxRL's config dict of a training row (the same numbers as `ppo_config`)."""
     config = dict(PUREJAXRL_MINATAR if env == "breakout" else PUREJAXRL_CARTPOLE)
     if smoke:
@@ -125,7 +188,15 @@ def purejaxrl_config(env: str, smoke: bool) -> dict[str, Any]:
                       TOTAL_TIMESTEPS=SMOKE_FIELDS["total_timesteps"],
                       UPDATE_EPOCHS=SMOKE_FIELDS["update_epochs"],
                       NUM_MINIBATCHES=SMOKE_FIELDS["num_minibatches"])
+    if total_timesteps is not None:
+        config["TOTAL_TIMESTEPS"] = int(total_timesteps)
     return config
+
+
+def is_out_of_memory(error: str) -> bool:
+    """Whether an error's text is XLA's out-of-device-memory (RESOURCE_EXHAUSTED)."""
+    text = error.lower()
+    return "resource_exhausted" in text or "out of memory" in text
 
 
 # ---- measurements (run inside a worker process) ----------------------------------------------
@@ -178,17 +249,32 @@ def flat_check(probe: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     return {**out, "peak_growth_bytes": growth, "flat": growth <= row["metric_bytes"] + FLAT_SLACK_BYTES}
 
 
-def training_rows(env: str, agents: int, smoke: bool, want: set[str]) -> Iterator[dict[str, Any]]:
-    """A training group in one process, smallest first: the probe and the one-agent row (with the
-    flat check), then `agents` agents vmapped; `want` names the rows to run."""
-    config = ppo_config(env, smoke)
+def training_rows(rows: Sequence[str], smoke: bool, total_timesteps: int | None = None,
+                  label: str | None = None) -> Iterator[dict[str, Any]]:
+    """Training rows in one process, in the order given: a one-agent row is the probe and the
+    one agent (with the flat check), a row of N > 1 agents `jax.jit(jax.vmap(train))`. `label`
+    names the rows instead of their own names (the capacity row's attempts)."""
     key = jax.random.key(0)
-    if f"{env}-1" in want:
-        probe = train_row(config.replace(total_timesteps=PROBE_UPDATES * config.batch_size), None, key)
-        one = train_row(config, None, key)
-        yield {"row": f"{env}-1", **one, **flat_check(probe, one)}
-    if f"{env}-{agents}" in want:
-        yield {"row": f"{env}-{agents}", **train_row(config, agents, key)}
+    for name in rows:
+        spec = parse_row(name)
+        config = ppo_config(spec["env"], smoke, total_timesteps, spec["compute_dtype"])
+        out = {"row": label or name, "compute_dtype": spec["compute_dtype"]}
+        if spec["agents"] == 1:
+            probe = train_row(config.replace(total_timesteps=PROBE_UPDATES * config.batch_size), None, key)
+            one = train_row(config, None, key)
+            yield {**out, **one, **flat_check(probe, one)}
+        else:
+            yield {**out, **train_row(config, spec["agents"], key)}
+
+
+def profile_row(name: str, smoke: bool, updates: int) -> dict[str, Any]:
+    """The device time per phase of training row `name` (`fusedrl.profile.profile_phases`)."""
+    from fusedrl.profile import format_phases, profile_phases
+
+    spec = parse_row(name)
+    config = ppo_config(spec["env"], smoke, None, spec["compute_dtype"])
+    summary = profile_phases(config, None if spec["agents"] == 1 else spec["agents"], updates)
+    return {"row": name, "kind": "profile", **summary, "table": format_phases(summary)}
 
 
 def stepping_rows(env: str, sizes: Sequence[int], scan_steps: int, min_time: float):
@@ -247,9 +333,11 @@ def worker(spec: dict[str, Any]) -> None:
     """Runs one group of rows (in a fresh process) and prints each as a JSON line as it ends; a
     row that fails (e.g. out of device memory) prints {"row": ..., "error": ...} and ends the group."""
     sizes = SMOKE if spec["smoke"] else FULL
-    env, want = spec["env"], set(spec["rows"])
+    env = spec["env"]
     if spec["kind"] == "train":
-        rows = training_rows(env, sizes[env], spec["smoke"], want)
+        rows = training_rows(spec["rows"], spec["smoke"], spec.get("total_timesteps"), spec.get("label"))
+    elif spec["kind"] == "profile":
+        rows = (profile_row(name, spec["smoke"], spec["profile_updates"]) for name in spec["rows"])
     else:
         rows = stepping_rows(env, sizes["env_sizes"], sizes["scan_steps"], sizes["min_time"])
     done = set()
@@ -258,19 +346,29 @@ def worker(spec: dict[str, Any]) -> None:
             done.add(row["row"])
             print("ROW " + json.dumps(row), flush=True)
     except Exception as e:
-        failed = next((n for n in spec["rows"] if n not in done or n.startswith("envs-")), spec["rows"][-1])
-        print("ROW " + json.dumps({"row": failed, "error": f"{type(e).__name__}: {e}"[:2000]}), flush=True)
+        failed = spec.get("label") or next(
+            (n for n in spec["rows"] if n not in done or n.startswith("envs-")), spec["rows"][-1])
+        error = f"{type(e).__name__}: {e}"
+        # An out-of-memory message ends with the allocator's report; its first lines say what failed.
+        print("ROW " + json.dumps({"row": failed, "error": error[:2000],
+                                   "out_of_memory": is_out_of_memory(error)}), flush=True)
 
 
-def run_group(kind: str, env: str, rows: list[str], smoke: bool, timeout: float) -> Iterator[dict[str, Any]]:
+def run_group(kind: str, env: str, rows: list[str], smoke: bool, timeout: float,
+              env_vars: dict[str, str] | None = None, **spec_extra) -> Iterator[dict[str, Any]]:
     """A worker process for one group; yields its rows as they arrive (so that a run cut short has
-    printed what finished), then an error row for each wanted row that never came."""
-    spec = json.dumps({"kind": kind, "env": env, "rows": rows, "smoke": smoke})
+    printed what finished), then an error row for each wanted row that never came. `env_vars` are
+    added to the worker's environment (XLA_FLAGS); `spec_extra` goes to `worker` (total_timesteps,
+    label, profile_updates)."""
+    spec = json.dumps({"kind": kind, "env": env, "rows": rows, "smoke": smoke, **spec_extra})
     code = "import json, sys; from fusedrl.bench.gpu import worker; worker(json.loads(sys.argv[1]))"
     seen = set()
+    if spec_extra.get("label"):
+        rows = [spec_extra["label"]]
     # stderr to a file, not a pipe: a worker that logs much would block on a full pipe
     with tempfile.TemporaryFile("w+") as log, subprocess.Popen(
-        [sys.executable, "-c", code, spec], stdout=subprocess.PIPE, stderr=log, text=True
+        [sys.executable, "-c", code, spec], stdout=subprocess.PIPE, stderr=log, text=True,
+        env={**os.environ, **(env_vars or {})},
     ) as proc:
         timer = threading.Timer(timeout, proc.kill)  # a hung worker is killed; its rows become errors
         timer.start()
@@ -291,7 +389,7 @@ def run_group(kind: str, env: str, rows: list[str], smoke: bool, timeout: float)
         if name not in seen:
             why = f"worker exited {proc.returncode}" + (f" (killed after {timeout:.0f} s)" if proc.returncode
                                                          == -9 else "")
-            yield {"row": name, "error": f"{why}: {err}"}
+            yield {"row": name, "error": f"{why}: {err}", "out_of_memory": is_out_of_memory(err)}
 
 
 def device_info() -> dict[str, Any]:
@@ -307,24 +405,51 @@ def device_info() -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_purejaxrl(env: str, agents: int, smoke: bool, args) -> dict[str, Any]:
+def run_purejaxrl(env: str, agents: int, smoke: bool, args, env_vars: dict[str, str] | None = None,
+                  attempts: int = 3) -> dict[str, Any]:
     """PureJaxRL's `make_train` at our row's config, in a fresh peer process (`run_peer`)."""
     from fusedrl.bench.ppo import run_peer
 
-    config = purejaxrl_config(env, smoke)
+    config = purejaxrl_config(env, smoke, args.total_timesteps)
     extra = {"PUREJAXRL_SRC": os.path.abspath(args.purejaxrl_src),
-             "FUSEDRL_PUREJAXRL_CONFIG": json.dumps(config)}
+             "FUSEDRL_PUREJAXRL_CONFIG": json.dumps(config), **(env_vars or {})}
     if args.peer_path:
         extra["PYTHONPATH"] = os.pathsep.join(
             [os.path.abspath(args.peer_path)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     try:
         out = run_peer(args.peer_python, PEER_RUNNER, agents, config["NUM_ENVS"], config["NUM_STEPS"],
-                       int(config["TOTAL_TIMESTEPS"]), env=extra, timeout=args.peer_timeout)
+                       int(config["TOTAL_TIMESTEPS"]), env=extra, timeout=args.peer_timeout,
+                       attempts=attempts)
     except RuntimeError as e:  # e.g. out of device memory
-        return {"error": str(e)[-2000:]}
+        return {"error": str(e)[-2000:], "out_of_memory": is_out_of_memory(str(e))}
     if out.get("hung"):
         return {"error": f"hung in all attempts (> {args.peer_timeout:.0f} s each)"}
     return out
+
+
+def purejaxrl_row(name: str, env: str, agents: int, smoke: bool, args,
+                  env_vars: dict[str, str] | None = None, attempts: int = 3) -> dict[str, Any]:
+    """PureJaxRL's row `name` at `agents` agents: the table's fields, or its error."""
+    config = purejaxrl_config(env, smoke, args.total_timesteps)
+    out = run_purejaxrl(env, agents, smoke, args, env_vars, attempts)
+    row = {"row": name, "impl": "purejaxrl", "agents": agents, "num_envs": config["NUM_ENVS"],
+           "compute_dtype": "float32"}
+    if "error" in out:
+        return {**row, "error": out["error"], "out_of_memory": out.get("out_of_memory", False)}
+    total = int(config["TOTAL_TIMESTEPS"])
+    batch = config["NUM_ENVS"] * config["NUM_STEPS"]
+    steps = total // batch * batch * agents
+    return {**row, "total_timesteps": total, "env_steps": steps, "compile_s": out["compile_s"],
+            "run_s": out["train_s"], "wall_s": out["compile_s"] + out["train_s"], "steps_per_s": out["sps"],
+            "final_return": out["ret"], "peak_bytes": out.get("peak_bytes"), "hangs": out.get("hangs", 0)}
+
+
+def capacity_sizes(start: int, largest: int) -> list[int]:
+    """The agent counts a capacity row tries: `start`, doubling, up to `largest`."""
+    sizes = [max(1, int(start))]
+    while sizes[-1] * 2 <= largest:
+        sizes.append(sizes[-1] * 2)
+    return sizes
 
 
 # ---- the table ------------------------------------------------------------------------------
@@ -345,40 +470,80 @@ def _seconds(s) -> str:
     return "" if s is None else f"{s:.1f}"
 
 
-HEADER = (f"{'row':<16} {'impl':<9} {'agents':>6} {'envs':>7} {'env steps':>11} {'compile s':>9} "
+HEADER = (f"{'row':<20} {'impl':<9} {'agents':>6} {'envs':>7} {'env steps':>13} {'compile s':>9} "
           f"{'wall s':>8} {'steps/s':>9} {'final ret':>9} {'peak MiB':>9}")
 
 
 def format_row(row: dict[str, Any]) -> str:
     impl = row.get("impl", "fusedrl")
     if "error" in row:
-        return f"{row['row']:<16} {impl:<9} error: {row['error'].splitlines()[-1] if row['error'] else ''}"
+        if row.get("out_of_memory"):
+            return f"{row['row']:<20} {impl:<9} {row.get('agents', ''):>6} out of device memory"
+        return f"{row['row']:<20} {impl:<9} error: {row['error'].splitlines()[-1] if row['error'] else ''}"
     ret = row.get("final_return")
-    return (f"{row['row']:<16} {impl:<9} {row.get('agents', ''):>6} {row['num_envs']:>7} "
-            f"{row['env_steps']:>11,} {row['compile_s']:>9.1f} {_seconds(row.get('wall_s')):>8} "
+    return (f"{row['row']:<20} {impl:<9} {row.get('agents', ''):>6} {row['num_envs']:>7} "
+            f"{row['env_steps']:>13,} {row['compile_s']:>9.1f} {_seconds(row.get('wall_s')):>8} "
             f"{_rate(row['steps_per_s']):>9} {'' if ret is None else f'{ret:.1f}':>9} "
             f"{_mib(row['peak_bytes']):>9}")
 
 
-def _parse_rows(p: argparse.ArgumentParser, text: str | None, valid: list[str], flag: str) -> list[str]:
+def _parse_rows(p: argparse.ArgumentParser, text: str | None, default: list[str], flag: str,
+                kinds: tuple[str, ...] = ("train", "capacity", "envs")) -> list[str]:
+    """The row names of `text` (comma-separated; `default` when None), each a valid row of `kinds`."""
     if text is None:
-        return list(valid)
+        return list(default)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in valid]
+    bad = [n for n in names if (parse_row(n) or {}).get("kind") not in kinds]
     if bad or not names:
-        p.error(f"{flag}: unknown or no row(s) {bad}; valid: {', '.join(valid)}")
+        p.error(f"{flag}: unknown or no row(s) {bad}; valid: breakout-N, cartpole-N (N agents), "
+                f"breakout-N-bf16, capacity-breakout, capacity-cartpole, envs-breakout, envs-cartpole"
+                + (" (here only training rows)" if kinds == ("train",) else ""))
     return names
+
+
+def _agent_list(p: argparse.ArgumentParser, text: str | None, flag: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 2:
+        p.error(f"{flag}: comma-separated agent counts >= 2 (e.g. 256,512,1024,2048), got {text!r}")
+    return sorted(set(values))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrl.bench gpu", description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the harness in a minute on CPU")
     p.add_argument("--rows", default=None, help="comma-separated rows to run (default: all)")
+    p.add_argument("--agents", default=None,
+                   help="Breakout's vmapped rows: comma-separated agent counts (default: 256; smoke 2)")
+    p.add_argument("--cartpole-agents", default=None,
+                   help="CartPole's vmapped rows: comma-separated agent counts (default: 2048; smoke 3)")
+    p.add_argument("--bf16", action="store_true",
+                   help='beside each vmapped training row, the same at compute_dtype="bfloat16"')
+    p.add_argument("--capacity", action="store_true",
+                   help="add the capacity rows (the most agents that fit in device memory)")
+    p.add_argument("--capacity-start", type=int, default=None,
+                   help="agents of a capacity row's first try (default: the env's largest agent count)")
+    p.add_argument("--capacity-max", type=int, default=None,
+                   help="stop doubling there (default: 1048576; smoke 8)")
+    p.add_argument("--total-timesteps", type=int, default=None,
+                   help="env steps per agent of every training row, both sides (default: the config's)")
+    p.add_argument("--xla-flags", default=None,
+                   help="added to XLA_FLAGS in every worker process, both sides, e.g. "
+                        "'--xla_gpu_triton_gemm_any=True'")
+    p.add_argument("--profile", default=None,
+                   help="comma-separated training rows whose device time per phase to print "
+                        "(fusedrl profile --phases); alone, only these")
+    p.add_argument("--profile-updates", type=int, default=None,
+                   help="updates each --profile trace holds (default: 4; smoke 2)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds one group of rows may take")
     p.add_argument("--purejaxrl-src", default=None,
                    help="folder with purejaxrl/ppo.py and wrappers.py (see _purejaxrl_peer.py)")
     p.add_argument("--purejaxrl-rows", default=None,
-                   help="training rows at which PureJaxRL runs (default: all selected training rows)")
+                   help="training rows at which PureJaxRL runs (default: all selected float32 training rows)")
     p.add_argument("--peer-python", default=sys.executable,
                    help="interpreter that runs PureJaxRL (default: this one)")
     p.add_argument("--peer-path", default=None,
@@ -387,10 +552,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="seconds until a PureJaxRL run counts as hung")
     args = p.parse_args(argv)
     sizes = SMOKE if args.smoke else FULL
-    valid = row_names(sizes)
-    rows = _parse_rows(p, args.rows, valid, "--rows")
-    training = [r for r in rows if not r.startswith("envs-")]
-    pjx_rows = _parse_rows(p, args.purejaxrl_rows, training, "--purejaxrl-rows") if (
+    agents = {"breakout": _agent_list(p, args.agents, "--agents"),
+              "cartpole": _agent_list(p, args.cartpole_agents, "--cartpole-agents")}
+    default = row_names(sizes, agents, args.bf16, args.capacity)
+    profiles = _parse_rows(p, args.profile, [], "--profile", ("train",)) if args.profile else []
+    rows = _parse_rows(p, args.rows, [] if profiles else default, "--rows")
+    training = [r for r in rows if parse_row(r)["kind"] == "train"]
+    float32 = [r for r in training if parse_row(r)["compute_dtype"] == "float32"]
+    capacity = [r for r in rows if parse_row(r)["kind"] == "capacity"]
+    pjx_rows = _parse_rows(p, args.purejaxrl_rows, float32, "--purejaxrl-rows", ("train",)) if (
         args.purejaxrl_src or args.purejaxrl_rows) else []
     if args.purejaxrl_rows and not args.purejaxrl_src:
         p.error("--purejaxrl-rows needs --purejaxrl-src")
@@ -401,13 +571,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--peer-path {args.peer_path}: no such folder")
     if args.timeout <= 0 or args.peer_timeout <= 0:
         p.error("--timeout and --peer-timeout must be > 0 seconds")
+    for flag, value in (("--total-timesteps", args.total_timesteps),
+                        ("--capacity-start", args.capacity_start), ("--capacity-max", args.capacity_max),
+                        ("--profile-updates", args.profile_updates)):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be >= 1, got {value}")
+    if args.xla_flags is not None and not all(f.startswith("--") for f in args.xla_flags.split()):
+        p.error(f"--xla-flags: XLA flags each start with '--' (e.g. --xla_gpu_triton_gemm_any=True), "
+                f"got {args.xla_flags!r}")
 
+    # XLA_FLAGS of every worker, both sides: the environment's, then --xla-flags.
+    env_vars = {}
+    if args.xla_flags:
+        env_vars["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS"), args.xla_flags) if f)
     info = {"bench": "gpu", "jax": jax.__version__, **device_info(), "smoke": args.smoke,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "xla_flags": args.xla_flags or ""}
     print(f"fusedrl.bench gpu: jax {info['jax']}, device {info['device']} x{info['device_count']}, "
-          f"{info['date']}{' (smoke: tiny sizes, not a measurement)' if args.smoke else ''}", flush=True)
-    print(HEADER, flush=True)
+          f"{info['date']}{' (smoke: tiny sizes, not a measurement)' if args.smoke else ''}"
+          f"{f', XLA flags {args.xla_flags!r}' if args.xla_flags else ''}"
+          f"{f', {args.total_timesteps:,} env steps per agent' if args.total_timesteps else ''}", flush=True)
     results: list[dict[str, Any]] = []
+    if rows:
+        print(HEADER, flush=True)
 
     def emit(row: dict[str, Any]) -> None:
         row = {**row, **info, "impl": row.get("impl", "fusedrl")}
@@ -415,38 +600,103 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_row(row), flush=True)
         print(json.dumps(row), flush=True)
 
-    for env in ("breakout", "cartpole"):
-        group = [r for r in training if r.startswith(env)]
-        if group:
-            for row in run_group("train", env, group, args.smoke, args.timeout):
+    for env in ENVS:
+        # The one-agent row (with its probe) in one process, then each vmapped row in its own, so
+        # that every peak is the row's own and an out-of-memory ends only that row.
+        for name in sorted((r for r in training if parse_row(r)["env"] == env),
+                           key=lambda r: (parse_row(r)["agents"], r)):
+            for row in run_group("train", env, [name], args.smoke, args.timeout, env_vars,
+                                 total_timesteps=args.total_timesteps):
                 emit(row)
-        for name in group:
             if name in pjx_rows:
-                agents = int(name.split("-")[1])
-                config = purejaxrl_config(env, args.smoke)
-                out = run_purejaxrl(env, agents, args.smoke, args)
-                row = {"row": name, "impl": "purejaxrl", "agents": agents, "num_envs": config["NUM_ENVS"]}
-                if "error" not in out:
-                    steps = (int(config["TOTAL_TIMESTEPS"]) // (config["NUM_ENVS"] * config["NUM_STEPS"])
-                             * config["NUM_ENVS"] * config["NUM_STEPS"] * agents)
-                    row.update(env_steps=steps, compile_s=out["compile_s"], run_s=out["train_s"],
-                               wall_s=out["compile_s"] + out["train_s"], steps_per_s=out["sps"],
-                               final_return=out["ret"], peak_bytes=out.get("peak_bytes"),
-                               hangs=out.get("hangs", 0))
-                else:
-                    row["error"] = out["error"]
-                emit(row)
-    for env in ("breakout", "cartpole"):
+                emit(purejaxrl_row(name, env, parse_row(name)["agents"], args.smoke, args, env_vars))
+        for name in capacity:
+            if parse_row(name)["env"] == env:
+                run_capacity(name, args, sizes, agents, env_vars, emit)
+    for env in ENVS:
         if f"envs-{env}" in rows:
-            for row in run_group("envs", env, [f"envs-{env}"], args.smoke, args.timeout):
+            for row in run_group("envs", env, [f"envs-{env}"], args.smoke, args.timeout, env_vars):
                 emit(row)
+    updates = args.profile_updates or sizes["profile_updates"]
+    for name in profiles:
+        for row in run_group("profile", parse_row(name)["env"], [name], args.smoke, args.timeout, env_vars,
+                             profile_updates=updates):
+            row = {**row, **info, "impl": "fusedrl"}
+            table = row.pop("table", None)
+            results.append(row)
+            print(flush=True)
+            print(table or format_row(row), flush=True)
+            print(json.dumps(row), flush=True)
 
     summary = summarize(results)
     if summary:
         print()
         for line in summary:
             print(line, flush=True)
-    return 1 if any("error" in r for r in results) else 0
+    # A capacity try that runs out of memory is the measurement, not a failure.
+    failed = [r for r in results if "error" in r and not (r.get("capacity") and r.get("out_of_memory"))]
+    return 1 if failed else 0
+
+
+def run_capacity(name: str, args, sizes: dict, agents: dict, env_vars: dict[str, str], emit) -> None:
+    """The capacity row `name`: our agents doubling (a fresh process each) until a try runs out of
+    device memory or passes `--capacity-max`, then PureJaxRL's at the same sizes (with
+    `--purejaxrl-src`) until its out-of-memory. Every try is a row named `name`."""
+    spec = parse_row(name)
+    env, bf16 = spec["env"], spec["compute_dtype"] == "bfloat16"
+    start = args.capacity_start or max(agents.get(env) or [sizes[env]])
+    tries = capacity_sizes(start, args.capacity_max or sizes["capacity_max"])
+    if "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
+        env_vars = {**env_vars, "XLA_PYTHON_CLIENT_MEM_FRACTION": CAPACITY_MEM_FRACTION}
+    tried = []
+    for n in tries:
+        row_name = f"{env}-{n}" + ("-bf16" if bf16 else "")
+        rows = list(run_group("train", env, [row_name], args.smoke, args.timeout, env_vars,
+                              total_timesteps=args.total_timesteps, label=name))
+        tried.append(n)
+        for row in rows:
+            emit({**row, "agents": row.get("agents", n), "capacity": True})
+        if any("error" in r for r in rows):
+            break
+    if args.purejaxrl_src and not bf16:
+        for n in tried:
+            row = purejaxrl_row(name, env, n, args.smoke, args, env_vars, attempts=1)
+            emit({**row, "capacity": True})
+            if "error" in row:
+                break
+
+
+def capacity_summary(results: list[dict[str, Any]]) -> list[str]:
+    """Per capacity row and side: the largest agent count that ran (with its steps/s) and where it
+    ran out of memory; then ours over PureJaxRL's."""
+    lines = []
+    for name in dict.fromkeys(r["row"] for r in results if r.get("capacity")):
+        best = {}
+        for impl in ("fusedrl", "purejaxrl"):
+            tries = [r for r in results if r.get("capacity") and r["row"] == name and r["impl"] == impl]
+            if not tries:
+                continue
+            ran = [r for r in tries if "error" not in r]
+            oom = [r for r in tries if r.get("out_of_memory")]
+            failed = [r for r in tries if "error" in r and not r.get("out_of_memory")]
+            top = max(ran, key=lambda r: r["agents"]) if ran else None
+            fastest = max(ran, key=lambda r: r["steps_per_s"]) if ran else None
+            best[impl] = (top, fastest, bool(oom))
+            end = (f"out of device memory at {oom[0]['agents']:,} agents" if oom else
+                   f"failed at {failed[0]['agents']:,} agents (not out of memory: see its row)" if failed else
+                   f"no out-of-memory up to {tries[-1]['agents']:,} agents")
+            what = (f"{top['agents']:,} agents ran ({_rate(top['steps_per_s'])} steps/s, peak "
+                    f"{_mib(top['peak_bytes'])} MiB, {top['total_timesteps']:,} env steps per agent; "
+                    f"fastest {_rate(fastest['steps_per_s'])} steps/s at {fastest['agents']:,})"
+                    if top else "nothing ran")
+            lines.append(f"{name}, {impl}: {what}; {end}")
+        if best.get("fusedrl", (None,))[0] and best.get("purejaxrl", (None,))[0]:
+            (ours, our_fast, our_oom), (theirs, their_fast, their_oom) = best["fusedrl"], best["purejaxrl"]
+            bound = "" if our_oom and their_oom else " (a bound: a side with no out-of-memory may hold more)"
+            faster = our_fast["steps_per_s"] / their_fast["steps_per_s"]
+            lines.append(f"{name}: fusedrl/PureJaxRL agent capacity {ours['agents'] / theirs['agents']:.1f}x"
+                         f"{bound}; best aggregate steps/s {faster:.2f}x")
+    return lines
 
 
 def summarize(results: list[dict[str, Any]]) -> list[str]:
@@ -454,8 +704,10 @@ def summarize(results: list[dict[str, Any]]) -> list[str]:
     gets to env stepping alone."""
     lines = []
     ours = {r["row"]: r for r in results if r["impl"] == "fusedrl" and "error" not in r
-            and not r["row"].startswith("envs-")}
-    theirs = {r["row"]: r for r in results if r["impl"] == "purejaxrl" and "error" not in r}
+            and (parse_row(r["row"]) or {}).get("kind") == "train" and r.get("kind") != "profile"
+            and not r.get("capacity")}
+    theirs = {r["row"]: r for r in results if r["impl"] == "purejaxrl" and "error" not in r
+              and not r.get("capacity")}
     for name, r in ours.items():
         if "flat" in r:
             verdict = {True: "flat", False: "GROWS", None: "n/a (no device memory statistics)"}[r["flat"]]
@@ -464,11 +716,23 @@ def summarize(results: list[dict[str, Any]]) -> list[str]:
                          f"{r['total_timesteps']:,}; one per-step float32 history of the run: "
                          f"{_mib(r['per_step_history_bytes'])} MiB)")
     for name, r in ours.items():
-        if name in theirs:
-            t = theirs[name]
-            lines.append(f"{name}: fusedrl/PureJaxRL steps/s {r['steps_per_s'] / t['steps_per_s']:.2f}x, "
+        twin = name.removesuffix("-bf16")  # PureJaxRL has no bfloat16 mode: its float32 row
+        if twin in theirs:
+            t = theirs[twin]
+            vs = "" if twin == name else " (ours bfloat16, PureJaxRL float32)"
+            lines.append(f"{name}: fusedrl/PureJaxRL steps/s {r['steps_per_s'] / t['steps_per_s']:.2f}x{vs}, "
                          f"PureJaxRL/fusedrl wall time {t['wall_s'] / r['wall_s']:.2f}x, peak memory "
                          f"{_mib(r['peak_bytes'])} MiB vs {_mib(t['peak_bytes'])} MiB")
+    for name, r in ours.items():
+        if name.endswith("-bf16") and name.removesuffix("-bf16") in ours:
+            lines.append(f"{name}: bfloat16/float32 steps/s "
+                         f"{r['steps_per_s'] / ours[name.removesuffix('-bf16')]['steps_per_s']:.2f}x")
+    lines += capacity_summary(results)
+    for r in results:
+        if r.get("kind") == "profile" and "error" not in r:
+            shares = ", ".join(f"{k} {v / r['busy_seconds']:.0%}" for k, v in r["seconds"].items())
+            lines.append(f"{r['row']} device time per phase ({r['source']} events): {shares}; "
+                         f"busy {r['busy_seconds'] / r['wall_seconds']:.0%} of wall")
     envs = [r for r in results if r["row"].startswith("envs-") and "error" not in r]
     for name, r in ours.items():
         limit = max((e["steps_per_s"] for e in envs if e["env_id"] == r["env_id"]), default=None)

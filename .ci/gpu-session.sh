@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# One prepared session on the project's GPU machine (docs/gpu.md, "Running the benchmark on the
+# project's GPU machine"): installs the carried wheels, runs the accelerator tests, the phase
+# breakdown of Breakout x256 and CartPole x2048, then fusedrl beside PureJaxRL (speed rows, bf16,
+# the capacity row, an XLA flag), and prints a short summary last.
+#
+#   bash .ci/gpu-session.sh            # on the GPU machine, from the checkout's root, .whl carried
+#   bash .ci/gpu-session.sh --smoke    # the same steps at tiny sizes: a dry run on a CPU
+#
+# Needs .whl/ (gymnax, gymnasium, farama-notifications, six), .whl/peers/ (PureJaxRL's dependencies),
+# .whl/fw/ (fusedrl's own wheel) and .whl/purejaxrl-src/. Every step runs under `timeout`, within
+# one budget for the whole script (GPU_SESSION_BUDGET seconds, default 520); a step that would not
+# fit in what is left is skipped and says so. Each step's output goes to its own file under $OUT
+# (8 files with the summary; the machine returns at most 8). PYTHON names the interpreter
+# (default python3); GPU_SESSION_SCALE multiplies every limit (a dry run on a slower CPU).
+set -uo pipefail
+
+SMOKE=""
+[ "${1:-}" = "--smoke" ] && SMOKE="--smoke"
+ROOT=$PWD
+PY=${PYTHON:-python3}
+OUT=${OUT:-$ROOT/gpu-session-out}
+WORK=${GPU_SESSION_TMP:-/tmp/gpu-session}
+BUDGET=${GPU_SESSION_BUDGET:-520}
+SCALE=${GPU_SESSION_SCALE:-1}  # multiplies every step's limits: a dry run on a slow CPU
+START=$(date +%s)
+mkdir -p "$OUT"
+rm -f "$OUT"/{setup,tests,profile,bench,capacity,xla}.log "$OUT"/final.txt
+rm -rf "$WORK" && mkdir -p "$WORK"
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+export PIP_NO_INDEX=1 PYTHONUNBUFFERED=1
+
+if [ -n "$SMOKE" ]; then  # tiny sizes with the same row kinds: a dry run of every command
+  BA=2; CA=3; CAP_START=2; CAP_MAX=4; T_BREAKOUT=256; T_CARTPOLE=256; T_CAPACITY=256; UPDATES=1
+else
+  # Speed rows: 50 Breakout updates (105M env steps at 256 agents) and 200 CartPole updates (210M at
+  # 2048 agents): steps/s is timed without the compile, so shorter runs than the configs' give it.
+  BA=256; CA=2048; CAP_START=1024; CAP_MAX=4096; T_BREAKOUT=409600; T_CARTPOLE=102400; T_CAPACITY=32768
+  UPDATES=4
+fi
+
+elapsed() { echo $(( $(date +%s) - START )); }
+
+# step NAME LIMIT MIN LOG COMMAND...: runs COMMAND under `timeout` (LIMIT seconds, or what is left of
+# the budget), appending its output to $OUT/LOG; skipped when less than MIN seconds are left.
+step() {
+  local name=$1 limit=$(( $2 * SCALE )) min=$(( $3 * SCALE )) log=$OUT/$4
+  shift 4
+  local left=$(( BUDGET - $(elapsed) ))
+  if [ "$left" -lt "$min" ]; then
+    printf '%-22s skipped: %4ss of the %ss budget left, needs %ss\n' "$name" "$left" "$BUDGET" "$min" \
+      | tee -a "$SUMMARY"
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (limit ${limit}s, at $(elapsed)s): $*" | tee -a "$log"
+  local t0
+  t0=$(date +%s)
+  timeout -k 10 "$limit" "$@" 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  local why=""
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && why=" (timed out)"
+  printf '%-22s rc=%-3s %4ss%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$why" | tee -a "$SUMMARY"
+}
+
+# The wheels into folders of their own (fusedrl's dependencies, PureJaxRL's, fusedrl), then a check
+# from outside the checkout that jax sees the device and fusedrl imports from the wheel.
+export PY ROOT WORK
+INSTALL='"$PY" -m pip install -q --no-deps --no-compile --target "$WORK/site" "$ROOT"/.whl/*.whl &&
+  "$PY" -m pip install -q --no-deps --no-compile --target "$WORK/peersite" "$ROOT"/.whl/peers/*.whl &&
+  "$PY" -m pip install -q --no-deps --no-compile --target "$WORK/pkg" "$ROOT"/.whl/fw/*.whl &&
+  cd "$WORK" && PYTHONPATH="$WORK/pkg:$WORK/site" "$PY" -c "import jax, fusedrl
+print(jax.devices(), jax.__version__, fusedrl.__file__)"'
+
+export PYTHONPATH=$WORK/pkg:$WORK/site
+S=$ROOT/.whl/purejaxrl-src
+BENCH=("$PY" -m fusedrl.bench gpu $SMOKE --purejaxrl-src "$S" --peer-path "$WORK/peersite")
+
+step install 60 5 setup.log bash -c "$INSTALL"
+grep -q "^install .*rc=0 " "$SUMMARY" || { echo "install failed: see $OUT/setup.log"; exit 1; }
+
+# The tests of the program an accelerator runs (they run from the checkout, fusedrl from the wheel).
+step tests 100 60 tests.log env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PY" -m pytest -p no:cacheprovider \
+  -o addopts="--import-mode=importlib" -q -x "$ROOT/tests/test_accelerator_path.py"
+
+cd "$WORK" || exit 1  # Python from outside the checkout: its envs/ and train/ are not the package
+
+# Where the device time goes, per phase (a jax.profiler trace of $UPDATES updates of each).
+step profile 150 60 profile.log "${BENCH[@]:0:4}" $SMOKE --profile "breakout-$BA,cartpole-$CA" \
+  --profile-updates "$UPDATES"
+
+# Speed, ours beside PureJaxRL in the same run: Breakout x256 at float32 and bfloat16, CartPole x2048.
+step speed-breakout 150 60 bench.log "${BENCH[@]}" --rows "breakout-$BA,breakout-$BA-bf16" \
+  --total-timesteps "$T_BREAKOUT" --timeout $((140 * SCALE)) --peer-timeout $((120 * SCALE))
+step speed-cartpole 90 40 bench.log "${BENCH[@]}" --rows "cartpole-$CA" --total-timesteps "$T_CARTPOLE" \
+  --timeout $((80 * SCALE)) --peer-timeout $((70 * SCALE))
+
+# Capacity: Breakout agents doubling from $CAP_START until out of device memory, both sides.
+step capacity 170 60 capacity.log "${BENCH[@]}" --rows capacity-breakout --capacity-start "$CAP_START" \
+  --capacity-max "$CAP_MAX" --total-timesteps "$T_CAPACITY" --timeout $((80 * SCALE)) --peer-timeout $((80 * SCALE))
+
+# An XLA flag that MuJoCo Playground reports faster on some GPUs, on Breakout x256 (ours alone;
+# compare with speed-breakout's float32 row, same sizes).
+step xla-triton-gemm 70 40 xla.log "${BENCH[@]:0:4}" $SMOKE --rows "breakout-$BA" \
+  --total-timesteps "$T_BREAKOUT" --xla-flags=--xla_gpu_triton_gemm_any=True --timeout $((65 * SCALE))
+
+{
+  echo
+  echo "== summary ($(elapsed)s of the ${BUDGET}s budget; logs in $OUT)"
+  cat "$SUMMARY"
+  echo
+  grep -h -E "^(breakout|cartpole|capacity)[^ ]* +(fusedrl|purejaxrl) " "$OUT/bench.log" "$OUT/capacity.log" \
+    "$OUT/xla.log" 2>/dev/null
+  echo
+  grep -h -E ": fusedrl/PureJaxRL|bfloat16/float32|device time per phase|GROWS|^capacity-[^ ]+, " \
+    "$OUT/profile.log" "$OUT/bench.log" "$OUT/capacity.log" 2>/dev/null
+} | tee "$OUT/final.txt"
