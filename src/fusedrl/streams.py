@@ -154,9 +154,21 @@ def continue_in_pieces(states, advance: Callable, pieces: Pieces,
     return out.replace(metrics=join_updates(metrics))
 
 
-def join_updates(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per-update metrics [runs, U_i] of consecutive stretches of updates, joined along axis 1."""
-    return {k: jnp.concatenate([m[k] for m in metrics], axis=1) for k in metrics[0]}
+def join_updates(metrics: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Per-update metrics [runs, U_i] of consecutive stretches of updates, joined along axis 1 on
+    the host (NumPy arrays). Joined on the device, every new count of stretches (a checkpoint's:
+    one more each time) would compile a new concatenation, and keep it."""
+    metrics = jax.device_get(list(metrics))
+    return {k: np.concatenate([np.asarray(m[k]) for m in metrics], axis=1) for k in metrics[0]}
+
+
+def _join_runs(parts: Sequence[Any]):
+    """Pytrees of shares of runs concatenated along axis 0: NumPy leaves (metrics joined on the
+    host) on the host, device arrays on the device."""
+    def join(*xs):
+        return np.concatenate(xs) if all(isinstance(x, np.ndarray) for x in xs) else jnp.concatenate(xs)
+
+    return jax.tree.map(join, *parts)
 
 
 def run_shares(part: Callable[[int, threading.Event], Any], streams: int, thread_name_prefix: str):
@@ -177,7 +189,7 @@ def run_shares(part: Callable[[int, threading.Event], Any], streams: int, thread
             stop.set()
             failed[0].result()
         parts = [f.result() for f in futures]
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+    return _join_runs(parts)
 
 
 def drive(
@@ -227,10 +239,12 @@ def drive(
             if on_error is not None:
                 on_error(e)
             raise
-        # Committing outputs to where they already are copies nothing.
-        return out if device is None else jax.device_put(out, device)
+        # Committing outputs to where they already are copies nothing. The metrics stay on the host.
+        if device is None:
+            return out
+        return jax.device_put(out.replace(metrics={}), device).replace(metrics=out.metrics)
 
-    metrics, result = [], None
+    metrics, result = None, None  # the metrics of every segment so far, joined (on the host)
     for j, pieces in enumerate(plan):
         if streams == 1:
             result = part(0, states, pieces)
@@ -238,9 +252,8 @@ def drive(
             result = run_shares(lambda i, stop, pieces=pieces, states=states: part(i, states, pieces, stop),
                                 streams, thread_name_prefix)
         states = result.state
-        metrics.append(result.metrics)
+        metrics = result.metrics if metrics is None else join_updates([metrics, result.metrics])
+        result = result.replace(metrics=metrics)
         if between is not None and j + 1 < len(plan):
-            between(result.replace(metrics=join_updates(metrics)))
-    if result is None:
-        return None
-    return result.replace(metrics=join_updates(metrics)) if len(metrics) > 1 else result
+            between(result)
+    return result
