@@ -16,7 +16,7 @@ import pytest
 
 import fusedrl
 from fusedrl import checkpoint as ckpt
-from fusedrl import cli, runs
+from fusedrl import cli, files, runs
 from fusedrl.train import preset
 
 # 12 updates, a checkpoint after every one (11 during training, then the final one).
@@ -220,14 +220,17 @@ def _dead_pid():
 
 
 def _debris(run_dir, pid, host=None):
-    """A temporary folder and a moved-aside checkpoint as a writer `pid` killed mid-save leaves them."""
-    host = ckpt._host_id() if host is None else host
+    """A temporary folder, a moved-aside checkpoint and a temporary summary.json as a writer `pid`
+    killed mid-save leaves them."""
+    host = files.host_id() if host is None else host
     tmp = run_dir / f".checkpoint.tmp-{pid}-{host}-x1y2z3"
     old = run_dir / f".checkpoint.old-{pid}-{host}"
     shutil.copytree(run_dir / "checkpoint", tmp)
     shutil.copytree(run_dir / "checkpoint", old)
     (tmp / "checksums.json").unlink()  # killed before its last file
-    return tmp, old
+    summary = run_dir / f".summary.json.{pid}-{host}.ab_c9.tmp"
+    summary.write_text('{"status": "runn')
+    return tmp, old, summary
 
 
 def test_debris_of_dead_writers_is_removed_and_of_live_ones_kept(finished, tmp_path):
@@ -241,7 +244,7 @@ def test_debris_of_dead_writers_is_removed_and_of_live_ones_kept(finished, tmp_p
     assert not any(p.exists() for p in (*dead, legacy))
     assert all(p.exists() for p in (*live, *elsewhere))
     for p in live:
-        shutil.rmtree(p)
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
     dead = _debris(run_dir, _dead_pid())
     fusedrl.load(run_dir)
     assert not any(p.exists() for p in dead)
@@ -251,14 +254,14 @@ def test_debris_of_dead_writers_is_removed_and_of_live_ones_kept(finished, tmp_p
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
     runs.resume_run(run_dir, progress=False)
     assert not any(p.exists() for p in dead)
-    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".checkpoint")) == sorted(
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == sorted(
         p.name for p in elsewhere)
 
 
 def test_a_save_killed_between_its_renames_leaves_the_previous_checkpoint(finished, tmp_path):
     run_dir = _copy(finished, tmp_path / "run")
     pid = _dead_pid()
-    tmp, old = _debris(run_dir, pid)
+    tmp, old, _ = _debris(run_dir, pid)
     shutil.rmtree(run_dir / "checkpoint")  # moved aside, and the new one not yet in its place
     policy = fusedrl.load(run_dir)
     assert policy.update == 12 and (run_dir / "checkpoint" / "checksums.json").is_file()

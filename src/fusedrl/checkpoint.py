@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -44,6 +43,7 @@ import numpy as np
 
 from fusedrl._json import dumps as strict_json
 from fusedrl._warnings import warn_user
+from fusedrl.files import remove_stale_temporaries, stale, writer_tag
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import CONFIGS, OnPolicyConfig, number_dtype
 from fusedrl.train.ppo import RunnerState, make_train
@@ -145,7 +145,7 @@ def _write(path: Path, arrays, meta, metrics) -> None:
     """`save`'s writing: to a temporary directory beside `path`, checksums last, then renamed into it."""
     import orbax.checkpoint as ocp
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{_writer()}-", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{writer_tag()}-", dir=path.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; give it a normal directory's mode
@@ -162,7 +162,7 @@ def _write(path: Path, arrays, meta, metrics) -> None:
         (tmp / "meta.json").write_text(strict_json(meta, indent=1) + "\n", encoding="utf-8")
         write_checksums(tmp)
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{_writer()}")
+            old = path.with_name(f".{path.name}.old-{writer_tag()}")
             path.rename(old)
             tmp.rename(path)
             shutil.rmtree(old)
@@ -171,16 +171,6 @@ def _write(path: Path, arrays, meta, metrics) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _host_id() -> str:
-    """8 hex digits naming this machine (and container): a writer's pid means something only there."""
-    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
-
-
-def _writer() -> str:
-    """"PID-HOST" of this process, in the names of the folders a save writes beside the checkpoint."""
-    return f"{os.getpid()}-{_host_id()}"
 
 
 def _sha256(file: Path) -> str:
@@ -265,42 +255,25 @@ _DEBRIS = re.compile(r"\.(?P<name>.+)\.(?:tmp-(?P<pid>\d+)-(?P<host>[0-9a-f]{8})
                      r"old-(?P<old_pid>\d+)(?:-(?P<old_host>[0-9a-f]{8}))?)")
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` of this machine still runs (a zombie, killed and not yet reaped, does not)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def recover(path: str | os.PathLike) -> list[Path]:
     """Cleans up after writers of the checkpoint `path` killed during a save: removes the temporary
     folders and the previous checkpoints moved aside that they left, once their process no longer
     runs on this machine, and first puts the previous checkpoint back if the new one never took its
     place (killed between the two renames of `_write`). Folders of a writer that runs, or of another
-    machine, are left alone. Returns the folders removed or put back; folders that cannot be removed
-    (a read-only copy) are left."""
+    machine, are left alone; so are the temporary files of `fusedrl.files.write_atomic` beside it.
+    Returns what was removed or put back; what cannot be removed (a read-only copy) is left."""
     path = Path(path).absolute()
     try:
         entries = list(path.parent.iterdir())
     except OSError:
         return []
-    host, done, old = _host_id(), [], []
+    done, old = remove_stale_temporaries(path.parent), []  # the run folder's other files' (`write_atomic`)
     for entry in sorted(entries):
         m = _DEBRIS.fullmatch(entry.name)
         if m is None or m["name"] != path.name or not entry.is_dir():
             continue
         pid, their_host = (m["pid"], m["host"]) if m["pid"] else (m["old_pid"], m["old_host"])
-        if their_host not in (None, host) or _alive(int(pid)):  # no host: written before names had one
+        if not stale(pid, their_host):  # no host: written before names had one
             continue
         if m["old_pid"]:
             old.append(entry)
