@@ -112,7 +112,9 @@ def _as_written_before_checksums(folder):
 
 
 def _largest_array_file(run_dir):
-    files = [p for p in (run_dir / "checkpoint" / "arrays").rglob("*") if p.is_file()]
+    """The largest of orbax's data files (the issue's case: 64 bytes flipped there loaded silently)."""
+    files = [p for p in (run_dir / "checkpoint" / "arrays").rglob("*")
+             if p.is_file() and p.parent.name == "d"]
     return max(files, key=lambda p: p.stat().st_size)
 
 
