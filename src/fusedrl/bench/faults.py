@@ -7,10 +7,12 @@ Kills. A small CartPole run (`fusedrl train`, a checkpoint after every update) i
 without interruption: the reference, and a second run that must equal it (programs loaded from the
 compile cache). Then run folders are trained in new processes and each process is killed (SIGKILL)
 at a random moment: once it has saved a checkpoint of its own, after a delay drawn uniformly
-between 0 and the second run's time from its first checkpoint to its exit, so kills
+between 0 and the median time from a process's first checkpoint to its exit (of the second run and
+of the processes that ended before their kill), so kills
 land in training, in saves, in the evaluation and in the writing of the last files. Each killed run
 is resumed (`fusedrl train --resume`; `--overwrite` when the kill came before any checkpoint) and
-killed again, up to `--kills-per-run` times, then resumed to the end. A run counts as identical
+killed again, up to `--kills-per-run` times, then resumed to the end (a kill after the run's last
+write ends it too). A run counts as identical
 when its metrics.csv is byte for byte the reference's and its summary.json says "finished"; as
 having debris when a hidden file or folder a save writes beside its target (`.checkpoint.tmp-*`,
 `.checkpoint.old-*`, `.NAME.*.tmp`) is left in it.
@@ -137,6 +139,9 @@ def kill_trials(runner: _Runner, ref: Path, window: float, kills: int, per_run: 
                 rng: np.random.Generator) -> dict:
     """Run folders killed at random moments and resumed, until `kills` kills have landed."""
     expected = (ref / "metrics.csv").read_bytes()
+    # Times from a process's own first checkpoint to its exit, of those that ended before their kill:
+    # the window follows their median, so that most kills land (a resumed process has less to do).
+    lived = [window]
     stats = {"kills": 0, "kills_in_identical_runs": 0, "runs": 0, "runs_identical": 0, "runs_with_debris": 0,
              "runs_failed": 0, "restarts_without_checkpoint": 0}
     while stats["kills"] < kills:
@@ -149,7 +154,8 @@ def kill_trials(runner: _Runner, ref: Path, window: float, kills: int, per_run: 
             if run_kills < per_run and stats["kills"] < kills:
                 while proc.poll() is None and _stamp(run_dir) in (before, None):
                     time.sleep(0.005)  # until this process has saved a checkpoint of its own
-                deadline = time.perf_counter() + rng.uniform(0.0, window)
+                saved = time.perf_counter()
+                deadline = saved + rng.uniform(0.0, float(np.median(lived)))
                 while proc.poll() is None and time.perf_counter() < deadline:
                     time.sleep(0.001)
                 if proc.poll() is None:
@@ -157,9 +163,12 @@ def kill_trials(runner: _Runner, ref: Path, window: float, kills: int, per_run: 
                     runner.finish(proc)  # reaped: its pid no longer runs
                     run_kills += 1
                     stats["kills"] += 1
+                    if _status(run_dir) == "finished":  # killed after its last write
+                        break
                     resume = (run_dir / "checkpoint").is_dir() or any(
                         n.startswith(".checkpoint.") for n in debris(run_dir))
                     continue
+                lived.append(time.perf_counter() - saved)
             code = runner.finish(proc)
             if code == 0:
                 break
@@ -172,11 +181,7 @@ def kill_trials(runner: _Runner, ref: Path, window: float, kills: int, per_run: 
             break
         stats["runs"] += 1
         left = debris(run_dir)
-        status = None
-        try:
-            status = json.loads((run_dir / "summary.json").read_text()).get("status")
-        except (OSError, ValueError):
-            pass
+        status = _status(run_dir)
         identical = (failed is None and status == "finished" and (run_dir / "metrics.csv").is_file()
                      and (run_dir / "metrics.csv").read_bytes() == expected)
         stats["runs_identical"] += identical
@@ -189,6 +194,13 @@ def kill_trials(runner: _Runner, ref: Path, window: float, kills: int, per_run: 
         if identical and not left:
             shutil.rmtree(run_dir)  # keep the folders that show a problem
     return stats
+
+
+def _status(run_dir: Path):
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def flip_trials(ref: Path, work: Path, flips: int, rng: np.random.Generator) -> dict:
@@ -248,8 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                f"compile cache do not compute what they did when compiled.")
         print(f"reference: {args.updates} updates, {window:.1f} s from its first checkpoint to its exit "
               f"({out})", flush=True)
-        stats = kill_trials(runner, ref, window, args.kills, args.kills_per_run, rng)
-        stats.update(flip_trials(ref, out, args.flips, rng))
+        stats = flip_trials(ref, out, args.flips, rng)
+        print(f"flips detected: {stats['flips_detected']}/{stats['flips']}", flush=True)
+        stats.update(kill_trials(runner, ref, window, args.kills, args.kills_per_run, rng))
     finally:
         if args.out is None:
             shutil.rmtree(out, ignore_errors=True)
