@@ -215,7 +215,7 @@ def drive(
       plan: segments of pieces (`update_pieces`); every share ends a segment before the next starts.
       states: leaves [runs, ...] to continue from instead of `start` (split into equal shares).
       between: called after every segment but the last with the result so far (all shares,
-        metrics of every segment so far joined): a checkpoint.
+        metrics of every segment so far joined, as NumPy arrays): a checkpoint.
       on_error: called in the failing share's thread with the exception before it propagates.
       device: commit each share's result to this device (an executable's outputs may come back
         uncommitted, and the shares are concatenated on the device of their inputs).
@@ -239,12 +239,10 @@ def drive(
             if on_error is not None:
                 on_error(e)
             raise
-        # Committing outputs to where they already are copies nothing. The metrics stay on the host.
-        if device is None:
-            return out
-        return jax.device_put(out.replace(metrics={}), device).replace(metrics=out.metrics)
+        # Committing outputs to where they already are copies nothing.
+        return out if device is None else jax.device_put(out, device)
 
-    metrics, result = None, None  # the metrics of every segment so far, joined (on the host)
+    metrics, result = None, None  # the metrics of every segment so far, joined on the host
     for j, pieces in enumerate(plan):
         if streams == 1:
             result = part(0, states, pieces)
@@ -256,4 +254,7 @@ def drive(
         result = result.replace(metrics=metrics)
         if between is not None and j + 1 < len(plan):
             between(result)
-    return result
+    if result is None:
+        return None
+    # On the device, as a program's outputs are (a copy, not a compiled concatenation).
+    return result.replace(metrics=jax.device_put(metrics, device))
