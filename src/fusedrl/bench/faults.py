@@ -23,9 +23,9 @@ Flips. In a copy of the reference run folder, `--flips` times: a random file of 
 
 Every process runs with its own compile cache in DIR (compiled once, by the reference), so a kill
 rarely lands in compiling. Prints one line per run and per undetected flip, then a summary line and
-a JSON line: {"kills", "kills_in_identical_runs", "runs", "runs_identical", "runs_with_debris",
-"flips", "flips_detected", ...}. The exit status is 1 when any run differs, keeps debris or fails,
-or any flip goes undetected.
+a JSON line: {"kills", "kills_in_identical_runs", "kills_leaving_debris" (for the resume to
+remove), "runs", "runs_identical", "runs_with_debris" (left at the end), "flips", "flips_detected",
+...}. The exit status is 1 when any run differs, keeps debris or fails, or any flip goes undetected.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def kill_trials(runner: _Runner, ref: Path, window: float, kills: int, per_run: 
     # the window follows their median, so that most kills land (a resumed process has less to do).
     lived = [window]
     stats = {"kills": 0, "kills_in_identical_runs": 0, "runs": 0, "runs_identical": 0, "runs_with_debris": 0,
-             "runs_failed": 0, "restarts_without_checkpoint": 0}
+             "runs_failed": 0, "restarts_without_checkpoint": 0, "kills_leaving_debris": 0}
     while stats["kills"] < kills:
         i = stats["runs"]
         run_dir = runner.out / f"run-{i:03d}"
@@ -163,6 +163,7 @@ def kill_trials(runner: _Runner, ref: Path, window: float, kills: int, per_run: 
                     runner.finish(proc)  # reaped: its pid no longer runs
                     run_kills += 1
                     stats["kills"] += 1
+                    stats["kills_leaving_debris"] += bool(debris(run_dir))  # the next process removes it
                     if _status(run_dir) == "finished":  # killed after its last write
                         break
                     resume = (run_dir / "checkpoint").is_dir() or any(
@@ -269,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats.update(seed=args.seed, updates=args.updates, kills_per_run=args.kills_per_run,
                  seconds=round(time.perf_counter() - started, 1))
     print(f"kills resumed byte-identical: {stats['kills_in_identical_runs']}/{stats['kills']} "
-          f"({stats['runs_identical']}/{stats['runs']} runs); runs with debris left: "
+          f"({stats['runs_identical']}/{stats['runs']} runs; {stats['kills_leaving_debris']} kill(s) left "
+          f"debris for the resume to remove); runs with debris left at the end: "
           f"{stats['runs_with_debris']}; flips detected: {stats['flips_detected']}/{stats['flips']}")
     print(json.dumps({"bench": "faults", **stats}), flush=True)
     ok = (stats["runs_identical"] == stats["runs"] and not stats["runs_with_debris"]
