@@ -133,6 +133,7 @@ def _copy_with_meta(path, dest, edit):
     meta = json.loads((dest / "meta.json").read_text())
     edit(meta)
     (dest / "meta.json").write_text(json.dumps(meta))
+    ckpt.write_checksums(dest)  # changed on purpose: checked for what it says, not refused as damaged
     return dest
 
 
@@ -156,6 +157,7 @@ def test_corrupt_checkpoints_fail_clearly(runs, tmp_path):
     checkpointer.save(half / "arrays", arrays)
     checkpointer.wait_until_finished()
     checkpointer.close()
+    ckpt.write_checksums(half)
     with pytest.raises(ckpt.CheckpointError, match=rf"field {re.escape(name)} has shape .* dtype float16, "
                                                    rf"expected .* float32"):
         ckpt.restore(half)
@@ -164,13 +166,25 @@ def test_corrupt_checkpoints_fail_clearly(runs, tmp_path):
     shutil.copytree(path, broken)
     shutil.rmtree(broken / "arrays")
     (broken / "arrays").mkdir()
-    with pytest.raises(ckpt.CheckpointError, match="cannot read the checkpoint arrays"):
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"arrays/\S+ is missing, but checksums\.json lists it"):
         ckpt.restore(broken)
+    (broken / "checksums.json").unlink()
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"checksums\.json is missing, but meta\.json says"):
+        ckpt.restore(broken)
+    _copy_with_meta(broken, tmp_path / "before", lambda m: m.pop("checksums"))  # as written before checksums
+    (tmp_path / "before" / "checksums.json").unlink()
+    with pytest.raises(ckpt.CheckpointError, match="cannot read the checkpoint arrays"), \
+            pytest.warns(ckpt.UnverifiedCheckpointWarning, match="has no checksums.json"):
+        ckpt.restore(tmp_path / "before")  # orbax finds the damage out
     # Not a checkpoint / garbage meta.json.
     with pytest.raises(ckpt.CheckpointError, match="meta.json is missing"):
         ckpt.restore(tmp_path)
     (broken / "meta.json").write_text("{not json")
     with pytest.raises(ckpt.CheckpointError, match="corrupt"):
+        ckpt.restore(broken)
+    ckpt.write_checksums(broken)
+    (broken / "meta.json").write_text("{not json!")
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"meta\.json does not match its checksum"):
         ckpt.restore(broken)
 
 
@@ -285,10 +299,21 @@ def test_metrics_saved_with_a_checkpoint(runs, tmp_path):
     missing = tmp_path / "missing"
     shutil.copytree(saved, missing)
     (missing / "metrics.npz").unlink()
-    with pytest.raises(ckpt.CheckpointError, match=r"metrics\.npz cannot be read \(FileNotFoundError"):
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"metrics\.npz is missing, but checksums\.json lists"):
         ckpt.restore_metrics(missing)
     (missing / "metrics.npz").write_bytes(b"PK\x03\x04 not a zip file")
-    with pytest.raises(ckpt.CheckpointError, match=r"metrics\.npz cannot be read"):
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"metrics\.npz does not match its checksum"):
+        ckpt.restore_metrics(missing)
+    (missing / "checksums.json").unlink()
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"checksums\.json is missing, but meta\.json says"):
+        ckpt.restore_metrics(missing)
+    meta = json.loads((missing / "meta.json").read_text())
+    del meta["checksums"]  # as written before checksums: the damage is still named
+    (missing / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"metrics\.npz cannot be read \(BadZipFile.*damaged"):
+        ckpt.restore_metrics(missing)
+    (missing / "metrics.npz").unlink()
+    with pytest.raises(ckpt.CheckpointDamaged, match=r"metrics\.npz cannot be read \(FileNotFoundError"):
         ckpt.restore_metrics(missing)
     other = _copy_with_meta(saved, tmp_path / "other", lambda m: m.update(metrics=["entropy"]))
     lists = r"holds \[.*'approx_kl'.*\], but meta.json lists \['entropy'\]"

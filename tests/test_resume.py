@@ -180,6 +180,7 @@ def test_resume_refuses_a_checkpoint_without_its_metrics(uninterrupted, tmp_path
     stopped_while_evaluating(uninterrupted[1].path, run_dir)
     meta = json.loads((run_dir / "checkpoint" / "meta.json").read_text())
     (run_dir / "checkpoint" / "meta.json").write_text(json.dumps({**meta, "metrics": None}))
+    ckpt.write_checksums(run_dir / "checkpoint")  # changed on purpose, not damaged
     with pytest.raises(runs.ResumeError, match="does not hold the metrics of the 10 updates before it"):
         runs.resume_run(run_dir, progress_file=io.StringIO())
     doc = json.loads((run_dir / "config.json").read_text())
@@ -278,7 +279,8 @@ def test_resume_of_a_damaged_folder_is_a_usage_error(uninterrupted, tmp_path):
     (run_dir / "summary.json").write_text("{not json")  # unreadable: no reason to refuse
     (run_dir / "checkpoint" / "meta.json").write_text("{not json either")
     code, _, err = run_cli("train", "--resume", run_dir)
-    assert code == 2 and "checkpoint/meta.json is corrupt" in err, err
+    assert code == 2 and "checkpoint/meta.json does not match its checksum" in err, err
+    assert "config.json was edited" not in err and "Traceback" not in err, err
 
 
 def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_continue(monkeypatch, tmp_path):

@@ -8,22 +8,32 @@ A checkpoint is a directory:
                   are PRNG keys (saved as their uint32 key data)
       arrays/     the leaves, written by orbax (`StandardCheckpointer`)
       metrics.npz the per-update metrics up to the saved update, if given (for resumed runs)
+      checksums.json  the SHA-256 of every other file, written last: `restore` and
+                  `restore_metrics` refuse a file that changed or went missing since (a damaged
+                  disk or copy), naming it (`CheckpointDamaged`). A checkpoint written before
+                  checksums (none) still loads, with an `UnverifiedCheckpointWarning`.
 
 It holds the `RunnerState` (params, optimiser state, env states with their reset pool and keys,
 observation/reward normaliser statistics, the update counter) and the `Hyperparams` it trained
 with, so `train.run(state, hparams, n)` continues the run bit for bit. The directory is written
-next to its final place and renamed into it, so a failed save leaves no partial checkpoint; a
-Ctrl-C during a save is held until the save ends (`fusedrl.progress.hold_interrupt`).
+next to its final place (`.checkpoint.tmp-PID-HOST-*`) and renamed into it, so a failed save leaves
+no partial checkpoint; a Ctrl-C during a save is held until the save ends
+(`fusedrl.progress.hold_interrupt`). A writer killed mid-save (kill -9, a power cut of the process)
+leaves its temporary folder, or the previous checkpoint moved aside (`.checkpoint.old-PID-HOST`):
+`recover` removes those of writers that no longer run, and puts the previous checkpoint back if the
+new one never took its place.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl._json import dumps as strict_json
+from fusedrl._warnings import warn_user
+from fusedrl.files import remove_stale_temporaries, stale, writer_tag
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import CONFIGS, OnPolicyConfig, number_dtype
 from fusedrl.train.ppo import RunnerState, make_train
@@ -40,10 +52,28 @@ FORMAT = "fusedrl-checkpoint-1"
 #: The algorithm of a checkpoint whose meta.json names none (those were all PPO runs).
 DEFAULT_ALGO = "ppo"
 METRICS_FILE = "metrics.npz"
+CHECKSUMS_FILE = "checksums.json"
+CHECKSUMS_FORMAT = "fusedrl-checksums-1"
+#: What to do with a checkpoint whose files changed after they were written.
+DAMAGED_ADVICE = ("The checkpoint is damaged: resume from an earlier copy of the run folder (a backup), "
+                  "or train the run again.")
 
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, or does not match what it is restored into."""
+
+
+class CheckpointDamaged(CheckpointError):
+    """A checkpoint file that changed after it was written (its checksum differs), went missing,
+    or cannot be read."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """A checkpoint whose config differs from the one expected (e.g. an edited config.json)."""
+
+
+class UnverifiedCheckpointWarning(UserWarning):
+    """A checkpoint written before fusedrl kept checksums: its files are used without a check."""
 
 
 def _path_name(path) -> str:
@@ -99,6 +129,7 @@ def save(path: str | os.PathLike, config: OnPolicyConfig, state: RunnerState, hp
         "prng_keys": keys,
         "extra": dict(extra or {}),
         "metrics": None if metrics is None else sorted(metrics),
+        "checksums": CHECKSUMS_FILE,  # so that a checkpoint without one is known to have lost it
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     # A Ctrl-C inside orbax's save abandons it: its threads then log tracebacks at exit ("cannot
@@ -111,10 +142,10 @@ def save(path: str | os.PathLike, config: OnPolicyConfig, state: RunnerState, hp
 
 
 def _write(path: Path, arrays, meta, metrics) -> None:
-    """`save`'s writing: to a temporary directory beside `path`, then renamed into it."""
+    """`save`'s writing: to a temporary directory beside `path`, checksums last, then renamed into it."""
     import orbax.checkpoint as ocp
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{writer_tag()}-", dir=path.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; give it a normal directory's mode
@@ -129,8 +160,9 @@ def _write(path: Path, arrays, meta, metrics) -> None:
         if metrics is not None:
             np.savez(tmp / METRICS_FILE, **jax.device_get(dict(metrics)))
         (tmp / "meta.json").write_text(strict_json(meta, indent=1) + "\n", encoding="utf-8")
+        write_checksums(tmp)
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old = path.with_name(f".{path.name}.old-{writer_tag()}")
             path.rename(old)
             tmp.rename(path)
             shutil.rmtree(old)
@@ -139,6 +171,125 @@ def _write(path: Path, arrays, meta, metrics) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _sha256(file: Path) -> str:
+    with open(file, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_checksums(folder: str | os.PathLike) -> Path:
+    """Writes `folder`/checksums.json: the SHA-256 of every other file under `folder`, by its
+    relative path. `save` calls it once everything else is written; call it yourself only on a
+    checkpoint you changed on purpose."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / CHECKSUMS_FILE)
+    # Compact: a changed byte anywhere breaks the JSON, its format, a name or a digest.
+    sums = {p.relative_to(folder).as_posix(): _sha256(p) for p in files}
+    doc = {"format": CHECKSUMS_FORMAT, "sha256": sums}
+    (folder / CHECKSUMS_FILE).write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
+    return folder / CHECKSUMS_FILE
+
+
+def verify(path: str | os.PathLike, names: Sequence[str] | None = None) -> bool:
+    """Checks the files of the checkpoint `path` (or only those of `names`, relative paths) against
+    its checksums.json.
+
+    Returns:
+      True once every file matches; False for a checkpoint without checksums.json (written before
+      fusedrl kept checksums), whose files cannot be checked.
+
+    Raises:
+      CheckpointDamaged: naming the first file whose checksum differs, that is missing though
+        checksums.json lists it, or that checksums.json does not list; or checksums.json itself
+        is damaged.
+    """
+    path = Path(path)
+    manifest = path / CHECKSUMS_FILE
+    if not manifest.is_file():
+        return False
+    try:
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+        sums = doc["sha256"]
+        if doc.get("format") != CHECKSUMS_FORMAT or not isinstance(sums, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in sums.items()):
+            raise ValueError(f"not a {CHECKSUMS_FORMAT} file")
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointDamaged(f"{manifest} is damaged ({type(e).__name__}: {e}), so the checkpoint's files "
+                                f"cannot be checked against their checksums. {DAMAGED_ADVICE}") from None
+    for name in sorted(sums) if names is None else names:
+        file = path / name
+        if name not in sums:
+            if file.exists():
+                raise CheckpointDamaged(f"{file} is not listed in {manifest.name}: it was added after the "
+                                        f"checkpoint was written, so it has no checksum. {DAMAGED_ADVICE}")
+            continue
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise CheckpointDamaged(f"{manifest} is damaged: it lists {name!r}, outside the checkpoint, "
+                                    f"so its checksums cannot be trusted. {DAMAGED_ADVICE}")
+        if not file.is_file():
+            raise CheckpointDamaged(f"{file} is missing, but {manifest.name} lists it with its checksum. "
+                                    f"{DAMAGED_ADVICE}")
+        try:
+            digest = _sha256(file)
+        except OSError as e:
+            raise CheckpointDamaged(f"{file} cannot be read to check its checksum ({e}).") from None
+        if digest != sums[name]:
+            raise CheckpointDamaged(f"{file} does not match its checksum in {manifest.name}: the file "
+                                    f"changed after the checkpoint was written. {DAMAGED_ADVICE}")
+    return True
+
+
+def _unverified(path: Path, meta: Mapping[str, Any]) -> None:
+    """For a checkpoint without checksums.json: refused if its meta.json says it had one, else a notice."""
+    if "checksums" in meta:
+        raise CheckpointDamaged(f"{path / CHECKSUMS_FILE} is missing, but meta.json says the checkpoint was "
+                                f"written with it: its files cannot be checked against their checksums. "
+                                f"{DAMAGED_ADVICE}")
+    warn_user(f"{path} has no {CHECKSUMS_FILE} (written by an earlier fusedrl, before checkpoints had "
+              f"checksums): its files are used without checking them for damage.",
+              UnverifiedCheckpointWarning)
+
+
+_DEBRIS = re.compile(r"\.(?P<name>.+)\.(?:tmp-(?P<pid>\d+)-(?P<host>[0-9a-f]{8})-.*|"
+                     r"old-(?P<old_pid>\d+)(?:-(?P<old_host>[0-9a-f]{8}))?)")
+
+
+def recover(path: str | os.PathLike) -> list[Path]:
+    """Cleans up after writers of the checkpoint `path` killed during a save: removes the temporary
+    folders and the previous checkpoints moved aside that they left, once their process no longer
+    runs on this machine, and first puts the previous checkpoint back if the new one never took its
+    place (killed between the two renames of `_write`). Folders of a writer that runs, or of another
+    machine, are left alone; so are the temporary files of `fusedrl.files.write_atomic` beside it.
+    Returns what was removed or put back; what cannot be removed (a read-only copy) is left."""
+    path = Path(path).absolute()
+    try:
+        entries = list(path.parent.iterdir())
+    except OSError:
+        return []
+    done, old = remove_stale_temporaries(path.parent), []  # the run folder's other files' (`write_atomic`)
+    for entry in sorted(entries):
+        m = _DEBRIS.fullmatch(entry.name)
+        if m is None or m["name"] != path.name or not entry.is_dir():
+            continue
+        pid, their_host = (m["pid"], m["host"]) if m["pid"] else (m["old_pid"], m["old_host"])
+        if not stale(pid, their_host):  # no host: written before names had one
+            continue
+        if m["old_pid"]:
+            old.append(entry)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        done.append(entry)
+    for entry in old:
+        try:
+            if not path.exists():
+                entry.rename(path)  # the previous checkpoint: complete, and nothing replaced it
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+            done.append(entry)
+        except OSError:
+            pass
+    return done
 
 
 def _version() -> str:
@@ -210,7 +361,11 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
       `Hyperparams` and meta.json contents.
     """
     path = Path(path).absolute()
+    recover(path)
+    verified = verify(path)  # every file, before any is read
     meta = read_meta(path)
+    if not verified:
+        _unverified(path, meta)
     algo = saved_algo(meta)
     if not isinstance(algo, str) or algo not in CONFIGS:
         raise CheckpointError(f"{path}: the checkpoint is of algorithm {algo!r}, which this fusedrl "
@@ -222,7 +377,7 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
     if config is not None:
         diffs = config_differences(meta["config"], config, algo)
         if diffs:
-            raise CheckpointError(
+            raise CheckpointMismatch(
                 f"{path} does not match the expected config; differing field(s):\n  " + "\n  ".join(diffs)
             )
     num_seeds = meta.get("num_seeds")
@@ -243,12 +398,16 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
         )
     import orbax.checkpoint as ocp
 
+    checkpointer = ocp.StandardCheckpointer()
     try:
-        checkpointer = ocp.StandardCheckpointer()
         arrays = dict(checkpointer.restore(path / "arrays"))
-        checkpointer.close()
     except Exception as e:  # orbax raises many types for damaged files
-        raise CheckpointError(f"{path}: cannot read the checkpoint arrays ({type(e).__name__}: {e}).") from e
+        raise CheckpointDamaged(f"{path}: cannot read the checkpoint arrays ({type(e).__name__}: "
+                                f"{e}).") from e
+    finally:
+        # Also after a failed read: an unclosed checkpointer's threads print "Event loop is closed"
+        # tracebacks when the process exits.
+        checkpointer.close()
     out = []
     for (_, ref), name in zip(leaves, names, strict=True):
         spec = saved_leaves[name]
@@ -288,7 +447,11 @@ def restore_metrics(path: str | os.PathLike) -> dict[str, np.ndarray] | None:
     """The per-update metrics saved with a checkpoint (`save(..., metrics=...)`), or None if it
     holds none."""
     path = Path(path)
-    names = read_meta(path).get("metrics")
+    verified = verify(path, ["meta.json", METRICS_FILE])
+    meta = read_meta(path)
+    if not verified and "checksums" in meta:
+        _unverified(path, meta)  # raises
+    names = meta.get("metrics")
     if names is None:
         return None
     try:
@@ -296,7 +459,9 @@ def restore_metrics(path: str | os.PathLike) -> dict[str, np.ndarray] | None:
         with open(path / METRICS_FILE, "rb") as fh, np.load(fh, allow_pickle=False) as f:
             metrics = {name: f[name] for name in f.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path / METRICS_FILE} cannot be read ({type(e).__name__}: {e}).") from None
+        raise CheckpointDamaged(f"{path / METRICS_FILE} cannot be read ({type(e).__name__}: {e}): the file "
+                                f"is damaged or missing.") from None
     if sorted(metrics) != sorted(names):
-        raise CheckpointError(f"{path / METRICS_FILE} holds {sorted(metrics)}, but meta.json lists {names}.")
+        raise CheckpointDamaged(f"{path / METRICS_FILE} holds {sorted(metrics)}, but meta.json lists "
+                                f"{names}: one of the two is damaged.")
     return metrics

@@ -200,12 +200,18 @@ def load(path: str | os.PathLike, seed: int | None = None, *, trust_imports: boo
 
     The checkpoint of an unfinished run (interrupted, with `checkpoint_every`) holds the agent at its
     latest checkpoint: `Policy.update` says which update, and a RuntimeWarning says so.
+
+    Raises:
+      fusedrl.checkpoint.CheckpointDamaged: a checkpoint file changed after it was written (its
+        checksum differs) or is missing.
     """
     if seed is not None and not is_int(seed):
         raise TypeError(f"seed must be the index of a seed of the run (an int), got {seed!r}.")
     path = Path(path)
     if not path.exists():
         raise missing_run_error(path)
+    if (path / "config.json").is_file():
+        ckpt.recover(path / "checkpoint")  # a save killed between its renames: the checkpoint before
     ckpt_dir = path / "checkpoint" if (path / "checkpoint").is_dir() else path
     expected = None
     if (path / "config.json").is_file():

@@ -609,6 +609,7 @@ def _resume(path: Path, *, progress: bool, loggers: Sequence[Any], progress_file
     if isinstance(previous, dict) and previous.get("status") == "finished":
         raise ResumeError(f"{path} has finished (summary.json says so): there is nothing to resume.")
     restart = f"start it again with `fusedrl train --config {path / CONFIG_FILE} --out {path} --overwrite`"
+    ckpt.recover(path / CHECKPOINT_DIR)  # what a save killed midway left (and its checkpoint before)
     if not (path / CHECKPOINT_DIR).exists():
         every = options.checkpoint_every
         when = (f"before its first checkpoint (checkpoint_every={every} updates)" if every else
@@ -617,12 +618,14 @@ def _resume(path: Path, *, progress: bool, loggers: Sequence[Any], progress_file
     try:
         _, state, hparams, meta = ckpt.restore(path / CHECKPOINT_DIR, config)
         metrics = ckpt.restore_metrics(path / CHECKPOINT_DIR)
-    except ckpt.CheckpointError as e:
+    except ckpt.CheckpointMismatch as e:
         raise ResumeError(
             f"cannot resume {path}: {e}\nIf {CONFIG_FILE} was edited since the run started, put it back as "
             f"the checkpoint has it, or train the edited config as a new run (`fusedrl train --config "
             f"{path / CONFIG_FILE} --out NEW_DIR`); otherwise {restart}."
         ) from None
+    except ckpt.CheckpointError as e:  # damaged, or of another version: config.json has no part in it
+        raise ResumeError(f"cannot resume {path}: {e}\nTo train it from the start, {restart}.") from None
     for name, saved, expected in (("num_seeds", meta.get("num_seeds"), options.num_seeds),
                                   ("seed", meta.get("extra", {}).get("seed"), options.seed)):
         if saved != expected:

@@ -154,9 +154,21 @@ def continue_in_pieces(states, advance: Callable, pieces: Pieces,
     return out.replace(metrics=join_updates(metrics))
 
 
-def join_updates(metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per-update metrics [runs, U_i] of consecutive stretches of updates, joined along axis 1."""
-    return {k: jnp.concatenate([m[k] for m in metrics], axis=1) for k in metrics[0]}
+def join_updates(metrics: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Per-update metrics [runs, U_i] of consecutive stretches of updates, joined along axis 1 on
+    the host (NumPy arrays). Joined on the device, every new count of stretches (a checkpoint's:
+    one more each time) would compile a new concatenation, and keep it."""
+    metrics = jax.device_get(list(metrics))
+    return {k: np.concatenate([np.asarray(m[k]) for m in metrics], axis=1) for k in metrics[0]}
+
+
+def _join_runs(parts: Sequence[Any]):
+    """Pytrees of shares of runs concatenated along axis 0: NumPy leaves (metrics joined on the
+    host) on the host, device arrays on the device."""
+    def join(*xs):
+        return np.concatenate(xs) if all(isinstance(x, np.ndarray) for x in xs) else jnp.concatenate(xs)
+
+    return jax.tree.map(join, *parts)
 
 
 def run_shares(part: Callable[[int, threading.Event], Any], streams: int, thread_name_prefix: str):
@@ -177,7 +189,7 @@ def run_shares(part: Callable[[int, threading.Event], Any], streams: int, thread
             stop.set()
             failed[0].result()
         parts = [f.result() for f in futures]
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+    return _join_runs(parts)
 
 
 def drive(
@@ -203,7 +215,7 @@ def drive(
       plan: segments of pieces (`update_pieces`); every share ends a segment before the next starts.
       states: leaves [runs, ...] to continue from instead of `start` (split into equal shares).
       between: called after every segment but the last with the result so far (all shares,
-        metrics of every segment so far joined): a checkpoint.
+        metrics of every segment so far joined, as NumPy arrays): a checkpoint.
       on_error: called in the failing share's thread with the exception before it propagates.
       device: commit each share's result to this device (an executable's outputs may come back
         uncommitted, and the shares are concatenated on the device of their inputs).
@@ -230,7 +242,7 @@ def drive(
         # Committing outputs to where they already are copies nothing.
         return out if device is None else jax.device_put(out, device)
 
-    metrics, result = [], None
+    metrics, result = None, None  # the metrics of every segment so far, joined on the host
     for j, pieces in enumerate(plan):
         if streams == 1:
             result = part(0, states, pieces)
@@ -238,9 +250,11 @@ def drive(
             result = run_shares(lambda i, stop, pieces=pieces, states=states: part(i, states, pieces, stop),
                                 streams, thread_name_prefix)
         states = result.state
-        metrics.append(result.metrics)
+        metrics = result.metrics if metrics is None else join_updates([metrics, result.metrics])
+        result = result.replace(metrics=metrics)
         if between is not None and j + 1 < len(plan):
-            between(result.replace(metrics=join_updates(metrics)))
+            between(result)
     if result is None:
         return None
-    return result.replace(metrics=join_updates(metrics)) if len(metrics) > 1 else result
+    # On the device, as a program's outputs are (a copy, not a compiled concatenation).
+    return result.replace(metrics=jax.device_put(metrics, device))
