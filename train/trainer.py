@@ -109,6 +109,10 @@ class TrainResult:
     update (`episodes_completed`); an update in which none did repeats the latest update that had
     one, and updates before the first completed episode report 0.0, marked by `episode_length` 0
     (a completed episode has length >= 1). Never NaN.
+
+    `metrics["env_fault"]` is nonzero in updates where the env returned a NaN or inf, or an action
+    mask allowing no action (those updates left the parameters unchanged): `train.check(result)`
+    raises naming the env, the field and the update (`Trainer.check`).
     """
 
     state: RunnerState

@@ -75,8 +75,9 @@ def evaluate(
     # same result restored from its run folder (no metrics), or trained for another number of updates.
     # The bound is put on the device explicitly: a Python int would be an implicit transfer, which
     # `jax.transfer_guard("disallow")` refuses.
-    if ENV_FAULT in result.metrics and not isinstance(result.metrics[ENV_FAULT], jax.core.Tracer):
-        make_train(config).check(result)
+    fault = result.metrics.get(ENV_FAULT)
+    if fault is not None and not isinstance(fault, jax.core.Tracer) and jax.device_get(fault).any():
+        make_train(config).check(result)  # raises, naming the field and the update
     bound = jax.device_put(np.int32(-1 if max_steps is None else max_steps))
     returns, no_action = _evaluator(config, num_episodes, greedy)(result.replace(metrics={}), key, bound)
     if not isinstance(no_action, jax.core.Tracer) and jax.device_get(no_action).any():
