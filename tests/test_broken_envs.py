@@ -211,3 +211,14 @@ def test_infinite_env_params_are_refused_like_nan():
     for value in (float("inf"), float("-inf"), float("nan")):
         with pytest.raises(ValueError, match=r"env_params\['gravity'\] must be a number, got (-?inf|NaN)"):
             PPOConfig(env_id="CartPole-v1", env_params={"gravity": value})
+
+
+def test_the_bench_compares_the_check_with_no_check(trained):
+    # `python -m fusedrl.bench envcheck` times the trainer against the same trainer without the
+    # check: that one must not flag (nor freeze) anything on an env the check flags.
+    from fusedrl.bench.envcheck import _unchecked
+
+    train, result = trained["broken:NaNReward-v0"]
+    off = jax.jit(_unchecked(train))(jax.random.key(0))
+    assert np.any(result.metrics["env_fault"]) and not np.any(off.metrics["env_fault"])
+    assert not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(off.params))  # trained on NaN
