@@ -145,7 +145,7 @@ def test_make_train_dispatches_on_the_config_type(small):
     np.testing.assert_array_equal(m["gradient_steps"], 1)  # one step per rollout
     np.testing.assert_array_equal(m["clip_fraction"], 0.0)
     np.testing.assert_allclose(m["learning_rate"], 7e-4)
-    assert set(m) == set(fusedrl.train.METRIC_NAMES)
+    assert set(m) == {*fusedrl.train.METRIC_NAMES, "env_fault"}
     with pytest.raises(TypeError, match="A2CConfig, ReinforceConfig"):
         make_train(dict(SMALL))
 

@@ -158,7 +158,7 @@ def test_env_raising_in_step_stops_training_and_closes_the_envs():
 def test_results_have_the_fused_format(tiny):
     config, train, result = tiny
     assert isinstance(train, HostPPO) and isinstance(result, fusedrl.TrainResult)
-    assert set(result.metrics) == set(METRIC_NAMES)
+    assert set(result.metrics) == {*METRIC_NAMES, "env_fault"}
     for name, x in result.metrics.items():
         assert x.shape == (config.num_updates,), name
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name
@@ -288,7 +288,7 @@ def test_every_algorithm_trains_and_evaluates_through_the_bridge(algo):
     train = make_train(config)
     assert isinstance(train, HostPPO)
     result = train(jax.random.key(0))
-    assert set(result.metrics) == set(METRIC_NAMES)
+    assert set(result.metrics) == {*METRIC_NAMES, "env_fault"}
     for name, x in result.metrics.items():
         assert x.shape == (config.num_updates,), name
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name

@@ -480,7 +480,7 @@ def test_run_files_are_strict_json(trained, tmp_path):
                                           "limits": (float("inf"), -np.inf)})
     assert strict((tmp_path / "s.json").read_text()) == {"eval_return_per_seed": [None, 1.5],
                                                          "limits": [float("inf"), float("-inf")]}
-    config = trained[0].replace(max_grad_norm=float("inf"), env_params={"x_threshold": float("inf")})
+    config = trained[0].replace(max_grad_norm=float("inf"), env_params={"x_threshold": 1e9})
     runs.write_json(tmp_path / "config.json", runs.config_document(config, runs.RunOptions()))
     strict((tmp_path / "config.json").read_text())
     assert runs.load_run_config(tmp_path)[0] == config
@@ -1455,8 +1455,18 @@ def test_a_run_that_diverges_or_never_ends_an_episode_says_so(tmp_path, monkeypa
     code, out, err = run_cli("evaluate", tmp_path / "never", "--max-steps", "20")
     assert code == 0 and "WARNING: 6 evaluation episode(s) had not ended after 20 steps" in out, err
 
-    run = runs.train_run(PPOConfig(env_id="CliNaNReward-v0", **TINY), tmp_path / "nan", options=options,
-                         progress=False)
+    # A NaN reward stops the run, naming it (tests/test_broken_envs.py); parameters that are NaN for
+    # another reason (a divergence the env did not cause) are what the unchecked trainer gives here.
+    from fusedrl.train.trainer import EnvFaultError, Trainer
+
+    with pytest.raises(EnvFaultError, match="CliNaNReward-v0 returned a non-finite reward"):
+        runs.train_run(PPOConfig(env_id="CliNaNReward-v0", **TINY), tmp_path / "broken", options=options,
+                       progress=False)
+    assert json.loads((tmp_path / "broken" / "summary.json").read_text())["status"] == "failed"
+    monkeypatch.setattr(Trainer, "env_fault", lambda self, traj: jnp.zeros((), jnp.int32))
+    # (another lr: another config, so the checked program compiled above is not reused)
+    run = runs.train_run(PPOConfig(env_id="CliNaNReward-v0", **TINY, lr=1e-3), tmp_path / "nan",
+                         options=options, progress=False)
     saved = json.loads((tmp_path / "nan" / "summary.json").read_text())
     assert saved["diverged_seeds"] == [0, 1] and saved["eval_unfinished_episodes"] == 0
     assert saved["eval_return_per_seed"] == [None, None]

@@ -10,7 +10,10 @@ Random actions and step keys come from numpy, so no extra random-number programs
 from __future__ import annotations
 
 import functools
+import json
 import math
+import subprocess
+import sys
 
 import chex
 import jax
@@ -22,7 +25,11 @@ from flax import struct
 import fusedrl
 from fusedrl.envs import Discrete, Environment, EnvParams, EnvState, VecEnv
 
-OUR_IDS = fusedrl.registered_ids(include_gymnax=False)
+# Our built-in ids, listed here rather than read from the registry at import: other test files
+# register test envs at import, so what the registry holds depends on which files pytest collected
+# first. `test_the_list_holds_every_builtin_id` compares it with a fresh interpreter's registry.
+OUR_IDS = ["CartPole-v1", "CartPole-NoVelocity-v1", "Acrobot-v1", "MountainCar-v0",
+           "MountainCarContinuous-v0", "Pendulum-v1", *fusedrl.envs.PROBE_IDS]
 GYMNAX_IDS = ["gymnax:Breakout-MinAtar", "gymnax:Catch-bsuite", "gymnax:FourRooms-misc"]
 ALL_IDS = OUR_IDS + GYMNAX_IDS
 
@@ -100,6 +107,14 @@ def _state_columns(state) -> np.ndarray:
     n = len(state.time)
     leaves = [np.asarray(v).reshape(n, -1) for k, v in vars(state).items() if k != "time"]
     return np.concatenate([np.zeros((n, 0)), *leaves], axis=1).astype(np.float64)
+
+
+def test_the_list_holds_every_builtin_id():
+    # What `import fusedrl` registers, in a fresh interpreter (no test file's envs): each is checked.
+    code = "import json, fusedrl; print(json.dumps(fusedrl.registered_ids(include_gymnax=False)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=300)
+    assert json.loads(out.stdout) == OUR_IDS
 
 
 # Single-env API ----------------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def test_unknown_env_and_env_param_fail_at_make_train():
 def test_metrics_shapes_and_values(small):
     config, _, _, result = small
     m = result.metrics
-    assert set(m) == set(fusedrl.train.METRIC_NAMES)
+    assert set(m) == {*fusedrl.train.METRIC_NAMES, "env_fault"}
     for name, x in m.items():
         assert x.shape == (config.num_updates,), name
         assert np.all(np.isfinite(np.asarray(x, np.float64))), name

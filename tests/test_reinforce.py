@@ -168,7 +168,7 @@ def test_trains_with_the_weighted_batch(small):
     config, train, _, result = small
     assert train.algorithm is REINFORCE_ALGORITHM
     m = result.metrics
-    assert set(m) == set(fusedrl.train.METRIC_NAMES)
+    assert set(m) == {*fusedrl.train.METRIC_NAMES, "env_fault"}
     np.testing.assert_array_equal(m["gradient_steps"], 1)
     assert np.all(np.asarray(m["episodes_completed"]) > 0)  # every rollout completes episodes
     assert np.all(np.isfinite(np.asarray(m["policy_loss"]))) and np.any(np.asarray(m["value_loss"]) > 0)

@@ -26,13 +26,14 @@ from fusedrl.train.ppo import (
 )
 from fusedrl.train.presets import PRESETS, has_preset, preset
 from fusedrl.train.reinforce import REINFORCE_ALGORITHM
-from fusedrl.train.trainer import Algorithm
+from fusedrl.train.trainer import Algorithm, EnvFaultError
 from fusedrl.train.tuning import Tuning, resolve_tuning
 
 __all__ = [
     "A2C_ALGORITHM",
     "ALGORITHMS",
     "Algorithm",
+    "EnvFaultError",
     "A2CConfig",
     "CONFIGS",
     "OnPolicyConfig",

@@ -697,9 +697,11 @@ def _as_env_params(x, owner: str = "PPOConfig") -> _FrozenDict:
                 f"(hp = config.hparams(); train(key, hp.replace(env_params=hp.env_params.replace("
                 f"{name}=...))))."
             )
-        if v != v:  # NaN: no physics; it would train and evaluate to NaN without an error
-            raise ValueError(f"env_params[{name!r}] must be a number, got NaN; give it a value "
-                             f"(or leave it out for the env's default).")
+        if not isinstance(v, bool) and not math.isfinite(v):  # NaN or ±inf: no physics; trains to NaN
+            got = "NaN" if v != v else repr(float(v))
+            raise ValueError(f"env_params[{name!r}] must be a number, got {got}; "
+                             f"give it a finite value (or leave it out for the env's default; for a "
+                             f"limit that should never bind, a large finite one, e.g. 1e9).")
     # NumPy scalars become Python numbers: configs are written as JSON (run folders, checkpoints).
     frozen = _FrozenDict({k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()})
     frozen.owner = owner

@@ -24,7 +24,7 @@ from flax import struct
 
 from fusedrl._argtypes import is_int
 from fusedrl._warnings import warn_user
-from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical
+from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical, no_allowed_action
 from fusedrl.envs import Box, Discrete, MultiDiscrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
 from fusedrl.networks import RecurrentActorCritic, build_network
@@ -53,6 +53,14 @@ METRIC_NAMES = (
 
 #: Metrics that are means over the episodes completed in an update (see `TrainResult`).
 EPISODE_METRICS = ("episode_return", "episode_length")
+
+#: The per-update metric that says whether the env broke in that update (0: it did not); a bit per
+#: field of `Trainer.fault_fields`. Not in `METRIC_NAMES` (not logged): `Trainer.check` reads it.
+ENV_FAULT = "env_fault"
+
+
+class EnvFaultError(RuntimeError):
+    """The env returned non-finite observations or rewards, or an action mask that allows no action."""
 
 
 def typed_key(key: jax.Array) -> jax.Array:
@@ -102,6 +110,10 @@ class TrainResult:
     update (`episodes_completed`); an update in which none did repeats the latest update that had
     one, and updates before the first completed episode report 0.0, marked by `episode_length` 0
     (a completed episode has length >= 1). Never NaN.
+
+    `metrics["env_fault"]` is nonzero in updates where the env returned a NaN or inf, or an action
+    mask allowing no action (those updates left the parameters unchanged): `train.check(result)`
+    raises naming the env, the field and the update (`Trainer.check`).
     """
 
     state: RunnerState
@@ -221,6 +233,13 @@ class Trainer:
         self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
                                      obs_shape=obs_shape, obs_example=example, nvec=self.nvec)
         self.recurrent = isinstance(self.network, RecurrentActorCritic)
+        # What `env_fault` flags, bit i for field i: reward, an all-false action_mask row, then each
+        # floating observation entry ("observation" for a flat one), in the order of the leaves.
+        entries = [W.ACTION_MASK] if isinstance(example, dict) and W.ACTION_MASK in example else []
+        self.fault_fields = ("reward", *entries, *(
+            "observation" if not path else jax.tree_util.keystr(path, simple=True, separator=".")
+            for path, x in jax.tree_util.tree_leaves_with_path(example)
+            if jnp.issubdtype(x.dtype, jnp.floating)))
 
     # ----------------------------------------------------------------------------------- pieces
     def default_hparams(self) -> Hyperparams:
@@ -431,6 +450,10 @@ class Trainer:
                       value=flat(traj.value), advantage=flat(adv), target=flat(targets),
                       weight=flat(weight[0]) if weight else None)
         params, opt_state, stats, steps = self.learn(state.params, state.opt_state, batch, hparams, k_learn)
+        # A rollout the env broke (`env_fault`) teaches nothing: its update keeps params and optimiser.
+        fault = self.env_fault(traj)
+        params, opt_state = jax.tree.map(lambda new, old: jnp.where(fault == 0, new, old),
+                                         (params, opt_state), (state.params, state.opt_state))
         ret, length, n_done = _episode_statistics(traj, state.last_return, state.last_length)
         update = state.update + 1
         metrics = {
@@ -442,10 +465,41 @@ class Trainer:
             "explained_variance": explained_variance(batch.value, batch.target),
             "learning_rate": jnp.asarray(self.learning_rate(hparams, state.update), jnp.float32),
             "env_steps": update * (num_steps * num_envs),
+            ENV_FAULT: fault,
         }
         state = state.replace(params=params, opt_state=opt_state, key=key, update=update,
                               last_return=ret.astype(jnp.float32), last_length=length.astype(jnp.float32))
         return state, metrics
+
+    def env_fault(self, traj: Transition) -> jax.Array:
+        """[] int32: bit i set when field i of `fault_fields` broke somewhere in the [T, N] rollout
+        (a NaN or inf reward or observation entry, before or after an auto-reset; an `action_mask`
+        row that allows no action). One reduction per field per update, on the device; under data
+        parallelism the shards' flags are pooled, so every shard freezes the same updates."""
+        def broken(x):
+            return ~jnp.all(jnp.isfinite(x))
+
+        flags = [broken(traj.reward)]
+        if W.ACTION_MASK in self.fault_fields:
+            flags.append(jnp.any(no_allowed_action(traj.obs[W.ACTION_MASK], self.nvec)))
+        pairs = zip(jax.tree.leaves(traj.obs), jax.tree.leaves(traj.next_obs), strict=True)
+        flags += [broken(o) | broken(n) for o, n in pairs if jnp.issubdtype(o.dtype, jnp.floating)]
+        if len(flags) > 31:  # one bit each, the last shared by the fields from the 31st on
+            flags = flags[:30] + [jnp.any(jnp.stack(flags[30:]))]
+        flags = jnp.stack(flags)
+        flags = flags.astype(jnp.int32)
+        if self.axis_name is not None:
+            flags = jax.lax.pmax(flags, self.axis_name)
+        return jnp.sum(flags << jnp.arange(flags.shape[0], dtype=jnp.int32))
+
+    def check(self, result, first_update: int = 0) -> None:
+        """Raises `EnvFaultError` naming the env, the broken field and the first update where the env
+        broke in `result` (a `TrainResult`, vmapped or not, or its metrics; `first_update`: the run's
+        update before the first of these metrics). `jax.jit(train)(key)` cannot raise from inside
+        the program: call `train.check(result)` on its result (the CLI, `fusedrl.train_run` and
+        `fusedrl.evaluate` do). Updates where the env broke left the parameters unchanged."""
+        check_env_fault(getattr(result, "metrics", result), self.config.env_id, self.fault_fields,
+                        first_update, multi_discrete=self.nvec is not None)
 
     # ------------------------------------------------------------------------------------- run
     def run(self, state: RunnerState, hparams: Hyperparams | None = None, num_updates: int | None = None,
@@ -501,6 +555,39 @@ def _episode_statistics(traj: Transition, last_return: jax.Array, last_length: j
     ret = jnp.where(has, jnp.sum(traj.episode_return * traj.episode_done) / denom, last_return)
     length = jnp.where(has, jnp.sum(traj.episode_length * traj.episode_done) / denom, last_length)
     return ret, length, n_done.astype(jnp.int32)
+
+
+def check_env_fault(metrics: Mapping[str, Any], env_id: str, fields: tuple[str, ...], first_update: int = 0,
+                    *, multi_discrete: bool = False) -> None:
+    """`Trainer.check` on metrics whose `env_fault` are [..., U] (absent: nothing to check)."""
+    code = metrics.get(ENV_FAULT) if isinstance(metrics, Mapping) else None
+    if code is None:
+        return
+    code = np.asarray(jax.device_get(code))
+    code = code.reshape(-1, code.shape[-1]) if code.ndim else code.reshape(1, 1)
+    if not code.any():
+        return
+    u = int(np.argmax(code.any(axis=0)))  # the first update where some run's env broke
+    runs = np.flatnonzero(code[:, u])
+    bits = int(np.bitwise_or.reduce(code[runs, u]))
+    what = []
+    for i, name in enumerate(fields):
+        if not bits >> min(i, 30) & 1:
+            continue
+        if name == "reward":
+            what.append("a non-finite reward (NaN or inf)")
+        elif name == W.ACTION_MASK:
+            each = " of some component (MultiDiscrete)" if multi_discrete else ""
+            what.append(f"an {W.ACTION_MASK} row that allows no action{each}: the policy would take a masked "
+                        f"one; every observation's {W.ACTION_MASK} must allow at least one action")
+        else:
+            entry = "the observation" if name == "observation" else f"observation entry {name!r}"
+            what.append(f"non-finite values (NaN or inf) in {entry}")
+    where = f" (run(s) {', '.join(map(str, runs))} of {code.shape[0]})" if code.shape[0] > 1 else ""
+    raise EnvFaultError(
+        f"{env_id} returned {'; and '.join(what)}, in update {first_update + u + 1}{where}. Training stops "
+        f"there: an update where the env broke leaves the parameters unchanged. Check the env's step and "
+        f"reset, and its env_params (fusedrl.envs.checks.check_env runs the env alone).")
 
 
 def check_callback(callback, callback_every) -> None:
@@ -612,14 +699,17 @@ def _warn_bounds_exclude_zero(env_id: str, space) -> None:
 
 
 __all__ = [
+    "ENV_FAULT",
     "EPISODE_METRICS",
     "METRIC_NAMES",
     "Algorithm",
+    "EnvFaultError",
     "RunnerState",
     "TrainResult",
     "Trainer",
     "adam",
     "check_callback",
+    "check_env_fault",
     "episode_values",
     "has_episode",
     "linear_anneal",

@@ -410,6 +410,7 @@ def cmd_train(args) -> int:
     from fusedrl.run_lock import LOCK_FILE, RunFolderLocked
     from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
     from fusedrl.train.presets import preset_source
+    from fusedrl.train.trainer import EnvFaultError
 
     if args.resume is not None:
         config, options = resolve_resume(args)
@@ -461,7 +462,7 @@ def cmd_train(args) -> int:
         else:
             run = train_run(config, out, options=options, overwrite=args.overwrite,
                             progress=not args.no_progress, loggers=loggers)
-    except (RunFolderExists, RunFolderLocked, ResumeError, CheckpointError) as e:
+    except (RunFolderExists, RunFolderLocked, ResumeError, CheckpointError, EnvFaultError) as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
         folder = Path(out)

@@ -116,7 +116,8 @@ def mask_policy(pi, mask: jax.Array):
       pi: a `Categorical` (mask [..., K]) or a `MultiCategorical` (mask [..., sum(nvec)]: each
         component's choices, concatenated as its logits are).
       mask: bool (or 0/1) allowed actions. At least one action (of each component) must be allowed;
-        where none is, the masked logits are all equal and the policy is uniform over every action.
+        where none is, the masked logits are all equal and the policy is uniform over every action
+        (`no_allowed_action` finds such rows: training and `fusedrl.evaluate` stop on them).
     """
     if not isinstance(pi, Categorical | MultiCategorical):
         raise TypeError(f"an action mask needs a categorical policy (Discrete or MultiDiscrete actions), got "
@@ -126,6 +127,20 @@ def mask_policy(pi, mask: jax.Array):
         raise ValueError(f"action_mask has shape {mask.shape}, the policy's logits {pi.logits.shape}: a mask "
                          f"holds one entry per action (sum(nvec) for MultiDiscrete), per observation.")
     return pi.replace(logits=jnp.where(mask, pi.logits, MASKED_LOGIT))
+
+
+def no_allowed_action(mask: jax.Array, nvec: tuple[int, ...] | None = None) -> jax.Array:
+    """Where an action mask [..., K] allows no action (of some component, for `MultiDiscrete(nvec)`:
+    the components' masks concatenated, K = sum(nvec)): bool [...]. There `mask_policy` leaves the
+    policy uniform over every action, masked ones included, so the learners stop on such a row."""
+    mask = jnp.asarray(mask).astype(bool)
+    if nvec is None:
+        return ~jnp.any(mask, axis=-1)
+    parts, start = [], 0
+    for n in nvec:
+        parts.append(~jnp.any(mask[..., start:start + n], axis=-1))
+        start += n
+    return jnp.any(jnp.stack(parts, axis=-1), axis=-1)
 
 
 @struct.dataclass

@@ -9,10 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl._argtypes import is_int
+from fusedrl.distributions import no_allowed_action
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.envs.registry import on_register
+from fusedrl.envs.wrappers import ACTION_MASK
 from fusedrl.train.config import OnPolicyConfig
 from fusedrl.train.ppo import Trainer, TrainResult, make_train
+from fusedrl.train.trainer import ENV_FAULT
 
 
 def evaluate(
@@ -38,7 +41,9 @@ def evaluate(
     partial returns instead).
 
     A policy whose parameters are not all finite (a run that diverged) is not run: its returns are
-    NaN, not the returns of whatever its NaN outputs happen to pick.
+    NaN, not the returns of whatever its NaN outputs happen to pick. A result whose env broke in
+    training (`metrics["env_fault"]`, see `Trainer.check`) is refused with `EnvFaultError`, and so
+    is an evaluation in which an `action_mask` row allows no action (ValueError naming it).
 
     `config` must be the one the result was trained with: its network (hidden sizes, activation:
     the parameters do not record the activation) and wrappers. The envs step with the result's own
@@ -70,8 +75,17 @@ def evaluate(
     # same result restored from its run folder (no metrics), or trained for another number of updates.
     # The bound is put on the device explicitly: a Python int would be an implicit transfer, which
     # `jax.transfer_guard("disallow")` refuses.
+    fault = result.metrics.get(ENV_FAULT)
+    if fault is not None and not isinstance(fault, jax.core.Tracer) and jax.device_get(fault).any():
+        make_train(config).check(result)  # raises, naming the field and the update
     bound = jax.device_put(np.int32(-1 if max_steps is None else max_steps))
-    return _evaluator(config, num_episodes, greedy)(result.replace(metrics={}), key, bound)
+    returns, no_action = _evaluator(config, num_episodes, greedy)(result.replace(metrics={}), key, bound)
+    if not isinstance(no_action, jax.core.Tracer) and jax.device_get(no_action).any():
+        raise ValueError(
+            f"{config.env_id}: an observation's {ACTION_MASK} allowed no action during the evaluation "
+            f"(the policy would take a masked one). Every observation's {ACTION_MASK} must allow at "
+            f"least one action (of each component, for MultiDiscrete).")
+    return returns
 
 
 def _check_env_params(config: OnPolicyConfig, result: TrainResult) -> None:
@@ -135,8 +149,8 @@ def _evaluate_any(trainer: Trainer, result: TrainResult, key: jax.Array, num_epi
     if seed_axes > 1:  # a sweep's runs [seed, *axes]: evaluate them as one flat run axis
         lead = jax.tree.leaves(result.params)[0].shape[:seed_axes]
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[seed_axes:]), result)
-        out = _evaluate_any(trainer, flat, key, num_episodes, greedy, max_steps)
-        return out.reshape(lead + out.shape[1:])
+        out, no_action = _evaluate_any(trainer, flat, key, num_episodes, greedy, max_steps)
+        return out.reshape(lead + out.shape[1:]), no_action
     if jax.tree.leaves(result.state.obs)[0].ndim == jax.tree.leaves(single_state.obs)[0].ndim + seed_axes + 1:
         # `data_parallel_train`'s result (per seed, if vmapped): one agent, per-shard envs whose
         # normaliser statistics are pooled over the shards, hence equal: any shard's will do.
@@ -187,8 +201,9 @@ def _layers(params) -> list[str]:
 
 
 def _evaluate(trainer: Trainer, result: TrainResult, key, num_episodes: int, greedy: bool, max_steps=None):
+    """(returns [num_episodes], whether an action_mask row allowed no action in a running episode)."""
     venv, obs, env_state, key = eval_reset(trainer, result, key, num_episodes)
-    return episode_returns(trainer, result, venv, obs, env_state, key, greedy, max_steps)
+    return _episode_loop(trainer, result, venv, obs, env_state, key, greedy, max_steps)
 
 
 def eval_reset(trainer: Trainer, result: TrainResult, key, num_episodes: int):
@@ -211,6 +226,12 @@ def episode_returns(trainer: Trainer, result: TrainResult, venv, obs, env_state,
     (`obs`, `env_state`) of `eval_reset`: the loop `evaluate` runs. With `max_steps`, at most that
     many steps; episodes that have not ended by then report NaN. `max_steps` may be an int or a
     traced int32 scalar (`evaluate`'s, for which < 0 means no bound)."""
+    return _episode_loop(trainer, result, venv, obs, env_state, key, greedy, max_steps)[0]
+
+
+def _episode_loop(trainer: Trainer, result: TrainResult, venv, obs, env_state, key, greedy: bool, max_steps):
+    """`episode_returns`, and [] bool: whether an `action_mask` row allowed no action in an episode
+    still running (where the policy, uniform over every action, may take a masked one)."""
     hparams, params, num_episodes = result.hparams, result.params, venv.num_envs
     zeros = jnp.zeros(num_episodes, jnp.float32)
     finished = jnp.zeros(num_episodes, bool)
@@ -223,7 +244,9 @@ def episode_returns(trainer: Trainer, result: TrainResult, venv, obs, env_state,
         return going if max_steps is None else going & ((max_steps < 0) | (carry[5] < max_steps))
 
     def body(carry):
-        env_state, obs, key, returns, finished, t, policy_state = carry
+        env_state, obs, key, returns, finished, t, policy_state, no_action = carry
+        if isinstance(obs, dict) and ACTION_MASK in obs:
+            no_action |= jnp.any(no_allowed_action(obs[ACTION_MASK], trainer.nvec) & ~finished)
         key, k_act = jax.random.split(key)
         policy_state, pi, _ = trainer.policy_step(params, policy_state, obs)
         action = pi.mode() if greedy else pi.sample(k_act)
@@ -231,8 +254,9 @@ def episode_returns(trainer: Trainer, result: TrainResult, venv, obs, env_state,
         first = info["episode_done"] & ~finished
         returns = jnp.where(first, info["episode_return"], returns)
         policy_state = trainer.reset_policy_state(policy_state, info["episode_done"])
-        return env_state, obs, key, returns, finished | info["episode_done"], t + 1, policy_state
+        return env_state, obs, key, returns, finished | info["episode_done"], t + 1, policy_state, no_action
 
-    start = (env_state, obs, key, zeros, finished, jnp.int32(0), trainer.initial_policy_state(num_episodes))
+    start = (env_state, obs, key, zeros, finished, jnp.int32(0), trainer.initial_policy_state(num_episodes),
+             jnp.zeros((), bool))
     carry = jax.lax.while_loop(cond, body, start)
-    return jnp.where(carry[4], carry[3], jnp.nan)  # a diverged policy's episodes never started
+    return jnp.where(carry[4], carry[3], jnp.nan), carry[7]  # a diverged policy's episodes never started

@@ -436,6 +436,7 @@ def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams
             if i in unreported:
                 first, metrics = unreported.pop(i)
                 report_progress(metrics, first, callback_every, i * per)
+                train.check(metrics, first_update=first)  # a broken env stops the run at this piece
 
         def advance_share(i, share, first, n):
             out = advance[n](share, hparams, np.int32(first))
@@ -728,6 +729,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
                     if is_interrupt(e, monitor):
                         raise KeyboardInterrupt from None
                     raise
+            train.check(result, first_update=start)  # the one-program run's (pieces check as they end)
             if resumed is not None:
                 result = result.replace(metrics=join_updates([resumed.metrics, result.metrics]))
         run_s = time.perf_counter() - t
@@ -819,6 +821,7 @@ def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monito
     train = make_host_train(config, **({"callback": monitor, "callback_every": every} if every else {}))
     with _stop_guard(monitor, every, config.num_updates):
         result = jax.block_until_ready(train(key))
+    train.trainer.check(result)
     return jax.tree.map(lambda x: x[None], result)
 
 
