@@ -69,6 +69,7 @@ def test_bfloat16_trains_and_matches_float32_on_the_first_update(combo):
     result = jax.jit(t16)(key)
     for name in (*LOSSES, "episode_return"):
         assert np.all(np.isfinite(np.asarray(result.metrics[name]))), name
-    assert _float_dtypes(result.state.params) == _float_dtypes(result.state.opt_state) == {jnp.dtype(jnp.float32)}
+    float32 = {jnp.dtype(jnp.float32)}
+    assert _float_dtypes(result.state.params) == _float_dtypes(result.state.opt_state) == float32
     text = jax.jit(t16).lower(key).as_text()
     assert "bf16" in text and "bf16" not in jax.jit(t32).lower(key).as_text()
