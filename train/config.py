@@ -297,9 +297,9 @@ class PPOConfig(OnPolicyConfig):
         recurrent_size units, is carried through the rollout and reset where an env's episode
         starts; the update replays each env's sequence from the state it had, with minibatches of
         whole envs (num_minibatches must divide num_envs).
-      compute_dtype: "float32", or "bfloat16" for mixed precision: the built-in MLP computes its
-        layers in bfloat16 from float32 parameters (Adam's state stays float32; log-probabilities
-        and losses are computed in float32). Not with recurrent or your own network.
+      compute_dtype: "float32", or "bfloat16" for mixed precision: the built-in networks (MLP, CNN,
+        recurrent) compute their layers in bfloat16 from float32 parameters (Adam's state stays
+        float32; log-probabilities and losses are computed in float32). Not with your own network.
       env_params: overrides of the env's params (physics constants, time limit).
     """
 
@@ -434,7 +434,7 @@ class A2CConfig(OnPolicyConfig):
       optimizer: "rmsprop" (PyTorch's RMSprop as SB3 uses it: not centered, eps added to the root
         of the squared-gradient average) or "adam" (eps 1e-5).
       rmsprop_alpha, rmsprop_eps: RMSprop's decay of the squared-gradient average and its epsilon.
-      compute_dtype: "float32", or "bfloat16" for mixed precision in the built-in MLP, as
+      compute_dtype: "float32", or "bfloat16" for mixed precision in the built-in networks, as
         PPOConfig's (parameters and optimiser state float32; log-probabilities and losses float32).
       env_params: overrides of the env's params (physics constants, time limit).
     """
@@ -536,7 +536,7 @@ class ReinforceConfig(OnPolicyConfig):
         a return (population std, + 1e-8).
       optimizer: "adam" (eps 1e-5) or "rmsprop" (as A2CConfig's).
       rmsprop_alpha, rmsprop_eps: RMSprop's decay of the squared-gradient average and its epsilon.
-      compute_dtype: "float32", or "bfloat16" for mixed precision in the built-in MLP, as
+      compute_dtype: "float32", or "bfloat16" for mixed precision in the built-in networks, as
         PPOConfig's (parameters and optimiser state float32; log-probabilities and losses float32).
       env_params: overrides of the env's params (physics constants, time limit).
     """
@@ -790,18 +790,17 @@ def _validate(c: OnPolicyConfig) -> None:
 
 
 def _validate_compute_dtype(c) -> None:
-    """Every algorithm's built-in MLP takes `compute_dtype`; a recurrent or user's network does not."""
+    """Every algorithm's built-in networks (MLP, CNN, recurrent) take `compute_dtype`; a user's
+    network does not (it picks its own dtypes)."""
     if c.compute_dtype not in ("float32", "bfloat16"):
         raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16' (mixed precision), got "
                          f"{c.compute_dtype!r}.")
     from fusedrl.networks import BUILTIN_NETWORKS
 
-    recurrent = getattr(c, "recurrent", None)
     custom = c.network is not None and c.network not in BUILTIN_NETWORKS  # "cnn" is built in
-    if c.compute_dtype != "float32" and (recurrent is not None or custom):
-        what = "recurrent=None and network=None" if hasattr(c, "recurrent") else "network=None"
-        raise ValueError(f"compute_dtype={c.compute_dtype!r} applies to the built-in MLP only: set "
-                         f"{what}, or compute_dtype='float32' (your own network "
+    if c.compute_dtype != "float32" and custom:
+        raise ValueError(f"compute_dtype={c.compute_dtype!r} applies to the built-in networks only: set "
+                         f"network=None (or 'cnn'), or compute_dtype='float32' (your own network "
                          f"picks its dtype itself, e.g. nn.Dense(64, dtype=jnp.bfloat16)).")
 
 

@@ -73,9 +73,14 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
     def draw(k):
         return permutations(k, 1, batch_size)[0]
 
+    def gather_and_step(carry, index):
+        return minibatch_step(carry, gather(lambda x: x[index], batch))
+
     def shuffle_and_step(carry, perm):
-        shuffled = gather(lambda x: x[perm].reshape((minibatches, -1) + x.shape[1:]), batch)
-        return jax.lax.scan(minibatch_step, carry, shuffled)
+        # Each minibatch is gathered from the batch by its indices where it is used, rather than a
+        # permuted copy of the whole batch made per epoch: the same minibatches, one batch fewer
+        # in memory and in traffic.
+        return jax.lax.scan(gather_and_step, carry, perm.reshape((minibatches, -1)))
 
     def epoch(carry, k):
         return shuffle_and_step(carry, draw(k))

@@ -211,6 +211,10 @@ class RecurrentActorCritic(nn.Module):
     GRU, a pair for an LSTM); `initial_carry(B)` is its start of episode (zeros): the trainer resets
     an env's carry to it exactly where the env auto-resets. Every orthogonal initialiser is
     `fusedrl.initializers.orthogonal` (no QR decomposition).
+
+    `compute_dtype="bfloat16"`: mixed precision as in `ActorCritic` (float32 parameters, layers and
+    cell computing in bfloat16, the heads' outputs cast back to float32); the carry stays float32
+    between steps, so the rollout and the replay hold the same state.
     """
 
     action_dim: int
@@ -222,6 +226,7 @@ class RecurrentActorCritic(nn.Module):
     recurrent_size: int = 128
     nvec: tuple[int, ...] | None = None
     torso: str = "mlp"
+    compute_dtype: str = "float32"
 
     def initial_carry(self, batch: int):
         zeros = jnp.zeros((batch, self.recurrent_size), jnp.float32)
@@ -230,17 +235,20 @@ class RecurrentActorCritic(nn.Module):
     @nn.compact
     def __call__(self, carry, obs: jax.Array):
         act = ACTIVATIONS[self.activation]
-        dense = partial(_dense, dtype=jnp.float32)
-        obs, mask = _split_obs(obs, self.torso == "cnn", jnp.float32)
+        dtype = COMPUTE_DTYPES[self.compute_dtype]
+        dense = partial(_dense, dtype=dtype)
+        obs, mask = _split_obs(obs, self.torso == "cnn", dtype)
         x = _torso(dense, act, self.hidden_sizes[:1], "embed", obs)
         cells = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
         carry, x = cells[self.cell](self.recurrent_size, kernel_init=orthogonal(1.0),
-                                    recurrent_kernel_init=orthogonal(1.0), name="cell")(carry, x)
+                                    recurrent_kernel_init=orthogonal(1.0), dtype=dtype,
+                                    param_dtype=jnp.float32, name="cell")(carry, x)
+        carry = jax.tree.map(lambda c: c.astype(jnp.float32), carry)
         a = _torso(dense, act, self.hidden_sizes[1:], "actor", x)
-        pi = _policy(self, dense(self.action_dim, 0.01, "actor_head")(a), self.discrete, self.log_std_init,
-                     self.nvec, mask)
+        head = dense(self.action_dim, 0.01, "actor_head")(a).astype(jnp.float32)
+        pi = _policy(self, head, self.discrete, self.log_std_init, self.nvec, mask)
         v = _torso(dense, act, self.hidden_sizes[1:], "critic", x)
-        return carry, (pi, dense(1, 1.0, "critic_head")(v)[..., 0])
+        return carry, (pi, dense(1, 1.0, "critic_head")(v)[..., 0].astype(jnp.float32))
 
 
 def network_path_error(path) -> str | None:
@@ -292,7 +300,8 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
         return RecurrentActorCritic(
             action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
             activation=config.activation, log_std_init=float(config.log_std_init),
-            cell=config.recurrent, recurrent_size=config.recurrent_size, nvec=nvec, torso=torso)
+            cell=config.recurrent, recurrent_size=config.recurrent_size, nvec=nvec, torso=torso,
+            compute_dtype=getattr(config, "compute_dtype", "float32"))
     if config.network is None or config.network in BUILTIN_NETWORKS:
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, log_std_init=float(config.log_std_init),
