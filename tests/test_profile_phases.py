@@ -127,6 +127,20 @@ def test_device_kernels_without_hlo_op_go_by_their_name_and_derived_lines_count_
     assert sum(seconds.values()) == pytest.approx(9e-6) and seconds["loss"] == pytest.approx(9e-6)
 
 
+def test_kernels_replayed_from_a_cuda_graph_go_by_their_own_name(tmp_path):
+    # XLA's command buffers (CUDA graphs, on by default on GPUs) put the command buffer's name in
+    # each replayed kernel's `hlo_op` (as an H200 trace with jax 0.11.2 showed): the kernel's own
+    # name, formed from its operation's, says which operation it is.
+    _, ops = profile.hlo_phases(HLO)
+    replayed = [{"ph": "X", "pid": 2, "tid": 7, "ts": 0.0, "dur": dur, "name": name,
+                 "args": {"hlo_op": "command_buffer_185", "hlo_module": "jit_run", "cuda_graph_id": "54"}}
+                for name, dur in (("loss_fusion", 30.0), ("opt_fusion_2", 6.0), ("memcpy32_post", 2.0))]
+    folder = _write_trace(tmp_path, replayed, {2: "/device:GPU:0"}, [(2, 7, "Stream #14(Compute)")])
+    seconds, info = profile.phase_times(profile.read_trace(folder), "jit_run", ops)
+    assert seconds["loss"] == pytest.approx(30e-6) and seconds["optimizer"] == pytest.approx(6e-6)
+    assert seconds["other"] == pytest.approx(2e-6) and info["unmatched_s"] == pytest.approx(2e-6)
+
+
 def test_read_trace_names_the_folder_without_a_trace(tmp_path):
     with pytest.raises(FileNotFoundError, match="wrote no"):
         profile.read_trace(str(tmp_path))

@@ -380,9 +380,20 @@ def phase_times(events: Sequence[dict[str, Any]], module: str,
     by_kernel = {_kernel_name(name): v for name, v in ops.items()}
     seconds = dict.fromkeys(PHASE_ROWS, 0.0)
     unmatched = 0.0
+    def operation(e):
+        # A kernel XLA launched itself names its operation in `hlo_op`. A kernel replayed from a
+        # CUDA graph (XLA's command buffers, on by default on GPUs) has the command buffer's name
+        # there ("command_buffer_185"); its own name is then the kernel name XLA formed from its
+        # operation's, so that is tried next.
+        for name in (e.get("args", {}).get("hlo_op"), e.get("name")):
+            if name:
+                found = ops.get(str(name)) or by_kernel.get(_kernel_name(str(name)))
+                if found:
+                    return found
+        return "", None
+
     for e in counted:
-        op = str(e.get("args", {}).get("hlo_op") or e.get("name", ""))
-        opcode, phase = ops.get(op) or by_kernel.get(_kernel_name(op)) or ("", None)
+        opcode, phase = operation(e)
         if opcode in _CONTROL_OPCODES:
             continue
         dur = float(e.get("dur", 0.0)) * 1e-6  # the trace's times are microseconds
