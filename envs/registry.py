@@ -35,7 +35,9 @@ def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False
 
     `factory` takes no arguments: `make`'s keyword arguments change the env's params (fields of
     its `default_params`), not how it is built. The env must follow the gymnax contract (`reset`,
-    `step`, `default_params`, spaces): a subclass of gymnax's `Environment`, see `check_env_interface`.
+    `step`, `default_params`, spaces): a subclass of gymnax's `Environment`, see `check_env_interface`;
+    or JaxMARL's multi-agent contract (`agents`, `reset(key)`, `step_env(key, state, actions)`, per-agent
+    spaces; see `fusedrl.envs.multiagent`), whose agents the learners train as rows of one batch.
     """
     if not isinstance(env_id, str) or not env_id:
         raise TypeError(f"env_id must be a non-empty string, got {env_id!r}.")
@@ -297,6 +299,15 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
                 raise _unknown_prefix(env_id)
             raise _unknown(env_id, registered_ids())
         env = _REGISTRY[env_id]()
+        from fusedrl.envs.multiagent import check_multi_agent_env, is_multi_agent  # lazy: no import circle
+
+        if is_multi_agent(env):  # JaxMARL's MultiAgentEnv contract: no params (fusedrl.envs.multiagent)
+            check_multi_agent_env(env_id, env)
+            if overrides:
+                raise TypeError(f"{env_id} is a multi-agent env (JaxMARL's contract), which has no params to "
+                                f"override ({sorted(overrides)}): build it with its settings in the factory "
+                                f"you register, e.g. functools.partial(MyEnv, max_steps=50).")
+            return env, None
         check_env_interface(env_id, env)
         params = env.default_params
     if overrides:
