@@ -105,6 +105,17 @@ class MixedSpaces(EndsEarly):
         return spaces.Discrete(2 if agent == "agent_0" else 3)
 
 
+def shifted_team(base):
+    """MatchingTeam where agent i sees the cue shifted by i: the agents' observations differ (so an
+    observation or global state built from the wrong agent shows)."""
+    class ShiftedTeam(base):
+        def get_obs(self, state):
+            return {a: jax.nn.one_hot((state.cue + i) % self.num_cues, self.num_cues, dtype=jnp.float32)
+                    for i, a in enumerate(self.agents)}
+
+    return ShiftedTeam
+
+
 @pytest.fixture(scope="module", autouse=True)
 def my_team():
     """docs/examples/my_team.py imported (it registers MatchingTeam-v0) and the test envs registered;
@@ -116,6 +127,7 @@ def my_team():
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    fusedrl.register("ShiftedTeam-v0", shifted_team(module.MatchingTeam))
     fusedrl.register("EndsEarly-v0", EndsEarly)
     fusedrl.register("Trap-v0", Trap)
     fusedrl.register("MixedSpaces-v0", MixedSpaces)
@@ -258,7 +270,7 @@ def test_one_update_matches_a_float64_reference(critic, shared):
     (GAE per agent row, minibatches of the T * N * A rows, clipped loss, clip, Adam), with the network
     written out above; and the rows' global state is every agent's observation of its env."""
     ref = _reference_module()
-    config = PPOConfig(env_id=ENV_ID, critic=critic, share_parameters=shared, **REF)
+    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, share_parameters=shared, **REF)
     train = make_train(config)
     hp = train.default_hparams()
     venv = train.make_env(hp)
