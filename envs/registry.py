@@ -156,6 +156,11 @@ def _make_suite_env(env_id: str, prefix: str, name: str) -> Any:
             raise ValueError(f"{env_id}: {why}")
         raise _unknown(env_id, [f"{prefix}:{n}" for n in names])
     env = suites.make_env(prefix, name)
+    from fusedrl.envs.multiagent import check_multi_agent_env, is_multi_agent  # lazy: no import circle
+
+    if is_multi_agent(env):
+        check_multi_agent_env(env_id, env)
+        return env
     check_env_interface(env_id, env)
     return env
 
@@ -259,6 +264,15 @@ def check_env_param(env_id: str, name: str, value: Any, default: Any) -> Any:
     return value if isinstance(value, int | float) else x
 
 
+def _multi_agent(env_id: str, env: Any, overrides) -> tuple[Any, None]:
+    """(env, None) for a multi-agent env, which has no params: overrides are refused."""
+    if overrides:
+        raise TypeError(f"{env_id} is a multi-agent env (JaxMARL's contract), which has no params to "
+                        f"override ({sorted(overrides)}): build it with its settings in the factory "
+                        f"you register, e.g. functools.partial(MyEnv, max_steps=50).")
+    return env, None
+
+
 def make(env_id: str, **overrides) -> tuple[Any, Any]:
     """Builds an environment and its default params.
 
@@ -290,6 +304,8 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
         env, params = gymnax.make(name)
     elif env_id not in _REGISTRY and (suite := suites.split_id(env_id)):
         env = _make_suite_env(env_id, *suite)
+        if not hasattr(env, "default_params"):  # a multi-agent env (jaxmarl:): no params
+            return _multi_agent(env_id, env, overrides)
         params = env.default_params
     else:
         if env_id not in _REGISTRY:
@@ -303,11 +319,7 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
 
         if is_multi_agent(env):  # JaxMARL's MultiAgentEnv contract: no params (fusedrl.envs.multiagent)
             check_multi_agent_env(env_id, env)
-            if overrides:
-                raise TypeError(f"{env_id} is a multi-agent env (JaxMARL's contract), which has no params to "
-                                f"override ({sorted(overrides)}): build it with its settings in the factory "
-                                f"you register, e.g. functools.partial(MyEnv, max_steps=50).")
-            return env, None
+            return _multi_agent(env_id, env, overrides)
         check_env_interface(env_id, env)
         params = env.default_params
     if overrides:
