@@ -3,14 +3,15 @@
 They are already on the contract the learners take (JaxMARL's `MultiAgentEnv`, see
 `fusedrl.envs.multiagent`), so the adapter only runs their code where it broadcasts across ranks
 (`suite_code`) and offers the envs whose agents share one observation shape and one action space.
-MPE's time limit (`max_steps`, 25 steps) is its only end of episode: `TeamEnv` reports it as
-truncation, where JaxMARL's own `dones` call it done.
+MPE's time limit (`max_steps` = 25: JaxMARL ends the episode on its 26th step) is its only end of
+episode: `TeamEnv` reports it as truncation, where JaxMARL's own `dones` call it done.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jaxmarl
 
 from fusedrl.envs.suites import suite_code
@@ -68,5 +69,7 @@ def unavailable(name: str) -> str | None:
 
 
 def make_env(name: str) -> JaxMARLEnv:
-    with suite_code():
+    # Constant arrays (MPE's radii, checked with `assert jnp.all(...)`) stay concrete when the env is
+    # built while a program is traced (config.hparams() makes the env).
+    with suite_code(), jax.ensure_compile_time_eval():
         return JaxMARLEnv(jaxmarl.make(name), name)

@@ -20,11 +20,12 @@ so one policy (shared parameters) acts for every agent and every on-policy algor
 `TeamEnv` is the team as one gymnax env (what `VecEnv` steps, resetting whole teams), `AgentsAsRows`
 the vectorised wrapper that turns N teams into N * A rows.
 
-Episodes: an env's episode ends when `dones["__all__"]`. An episode that ends when its step count
-reaches `env.max_steps` is a time limit: truncated (the learners bootstrap from its final
-observation), never terminated, as for single-agent envs; `TeamEnv` also ends it there if the env
-does not. Agents done before the episode ends (`dones[agent]`) keep their rows until it does (their
-rewards are the env's, usually 0, and their masks what the env allows, usually a no-op).
+Episodes: an env's episode ends when `dones["__all__"]`. An episode that the env ends once its step
+count has reached `env.max_steps` is a time limit: truncated (the learners bootstrap from its final
+observation), never terminated, as for single-agent envs; the episode ends where the env says, so
+its length is the env's own (JaxMARL's MPE ends on step max_steps + 1). Agents done before the
+episode ends (`dones[agent]`) keep their rows until it does (their rewards are the env's, usually 0,
+and their masks what the env allows, usually a no-op).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def check_multi_agent_env(env_id: str, env: Any) -> None:
 @struct.dataclass
 class TeamState(EnvState):
     inner: Any = None  # the multi-agent env's own state
+    truncated: Any = None  # [] bool: the env ended the episode at its time limit on the last step
 
 
 @struct.dataclass
@@ -168,7 +170,8 @@ class TeamEnv(Environment):
 
     def reset_env(self, key: jax.Array, params=None):
         obs, state = self.ma.reset(key)
-        return self._observe(obs, state), TeamState(time=jnp.int32(0), inner=state)
+        start = TeamState(time=jnp.int32(0), inner=state, truncated=jnp.bool_(False))
+        return self._observe(obs, state), start
 
     def step_env(self, key: jax.Array, state: TeamState, action: jax.Array, params=None):
         actions = {a: action[i] for i, a in enumerate(self.agents)}
@@ -176,15 +179,16 @@ class TeamEnv(Environment):
         time = state.time + 1
         agent_reward = jnp.stack([jnp.asarray(rewards[a], jnp.float32).reshape(()) for a in self.agents])
         # An episode that ends at the time limit is truncated (`is_truncated`), not terminated.
-        terminated = jnp.asarray(dones["__all__"], bool).reshape(()) & ~self._time_up(time)
-        new = TeamState(time=time, inner=inner)
+        done = jnp.asarray(dones["__all__"], bool).reshape(())
+        new = TeamState(time=time, inner=inner, truncated=done & self._time_up(time))
+        terminated = done & ~new.truncated
         return self._observe(obs, inner), new, agent_reward.mean(), terminated, {"agent_reward": agent_reward}
 
     def _time_up(self, time) -> jax.Array:
         return jnp.bool_(False) if self.max_steps is None else time >= self.max_steps
 
     def is_truncated(self, state: TeamState, params=None) -> jax.Array:
-        return self._time_up(state.time)
+        return state.truncated
 
     def row_observation(self, key: jax.Array):
         """One agent's row observation (agent 0's), for shapes: {name: [...]}."""

@@ -37,7 +37,7 @@ def test_a_team_step_is_jaxmarls(name):
     obs, tstate = team.reset_env(jax.random.key(0))
     rng = np.random.default_rng(0)
     n = own.action_space(own.agents[0]).n
-    for t in range(1, 26):
+    for t in range(1, 27):
         key = jax.random.key(t)
         action = jnp.asarray(rng.integers(0, n, team.num_agents), jnp.int32)
         with jax.numpy_rank_promotion("allow"):
@@ -48,10 +48,10 @@ def test_a_team_step_is_jaxmarls(name):
             np.testing.assert_allclose(obs["obs"][i], want_obs[a], rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(info["agent_reward"][i], rewards[a], rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(reward, np.mean([rewards[a] for a in own.agents]), rtol=1e-6)
-        # JaxMARL ends MPE at its step limit only: a truncation here, never a termination.
-        assert bool(dones["__all__"]) == (t == 25)
+        # JaxMARL ends MPE at its step limit only (on step 26): a truncation here, never a termination.
+        assert bool(dones["__all__"]) == (t == 26)
         assert not bool(terminated)
-        assert bool(team.is_truncated(tstate)) == (t == 25)
+        assert bool(team.is_truncated(tstate)) == (t == 26)
 
 
 def test_envs_whose_agents_differ_are_refused_by_name():
@@ -60,13 +60,13 @@ def test_envs_whose_agents_differ_are_refused_by_name():
     assert "jaxmarl:MPE_simple_spread_v3" in fusedrl.envs.registered_ids(include_suites=True)
 
 
-def test_ppo_trains_on_simple_spread_with_episodes_of_25_steps():
-    config = PPOConfig(env_id=f"jaxmarl:{SPREAD}", num_envs=4, num_steps=25, total_timesteps=4 * 25 * 2,
+def test_ppo_trains_on_simple_spread_with_episodes_of_26_steps():
+    config = PPOConfig(env_id=f"jaxmarl:{SPREAD}", num_envs=4, num_steps=26, total_timesteps=4 * 26 * 2,
                        num_minibatches=2, hidden_sizes=(16,), critic="centralized")
     train = make_train(config)
     result = jax.jit(train)(jax.random.key(0))
     m = {k: np.asarray(v) for k, v in result.metrics.items()}
-    assert (m["episode_length"] == 25).all() and (m["episodes_completed"] == 4).all()
+    assert (m["episode_length"] == 26).all() and (m["episodes_completed"] == 4).all()
     assert np.isfinite(m["policy_loss"]).all()
     assert (m["episode_return"] < 0).all()  # simple spread's rewards are costs
     hp = train.default_hparams()
