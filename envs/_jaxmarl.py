@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jaxmarl
 
+from fusedrl.envs._gymnax import spaces
 from fusedrl.envs.suites import suite_code
 
 #: The JaxMARL envs offered (tests/test_suite_jaxmarl.py): MPE with discrete actions, whose agents share one
@@ -31,10 +32,10 @@ class JaxMARLEnv:
         self.max_steps = getattr(env, "max_steps", None)
 
     def observation_space(self, agent: str):
-        return self.env.observation_space(agent)
+        return _gymnax_space(self.env.observation_space(agent))
 
     def action_space(self, agent: str):
-        return self.env.action_space(agent)
+        return _gymnax_space(self.env.action_space(agent))
 
     def reset(self, key):
         with suite_code():
@@ -54,6 +55,17 @@ class JaxMARLEnv:
 
     def __repr__(self) -> str:
         return f"JaxMARLEnv({self.env_name!r})"
+
+
+def _gymnax_space(space):
+    """JaxMARL's Discrete and Box spaces as gymnax's (the classes the rest of fusedrl reads); others as
+    they are."""
+    name = type(space).__name__
+    if name == "Discrete":
+        return spaces.Discrete(int(space.n))
+    if name == "Box":
+        return spaces.Box(space.low, space.high, tuple(space.shape), space.dtype)
+    return space
 
 
 def env_names() -> list[str]:

@@ -29,6 +29,9 @@ def test_a_team_step_is_jaxmarls(name):
     env, params = fusedrl.make(f"jaxmarl:{name}")
     own = _own(name)
     assert params is None and env.agents == own.agents and env.max_steps == own.max_steps == 25
+    for a in own.agents:  # JaxMARL's spaces, as gymnax's
+        assert env.action_space(a).n == own.action_space(a).n
+        assert env.observation_space(a).shape == own.observation_space(a).shape
     team = TeamEnv(env, env_id=name)
     step = jax.jit(team.step_env)
     with jax.numpy_rank_promotion("allow"):
