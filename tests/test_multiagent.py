@@ -417,3 +417,14 @@ def test_the_cli_trains_mappo_on_a_users_env(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
     assert json.loads((out / "config.json").read_text())["ppo"]["critic"] == "centralized"
+
+
+def test_a_sweep_trains_a_multi_agent_env():
+    """fusedrl.sweep over lr on MatchingTeam (which has no env params): one run per (seed, lr), each
+    with its own curve."""
+    config = PPOConfig(env_id=ENV_ID, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, hidden_sizes=(8,))
+    swept = fusedrl.sweep(config, num_seeds=2, lr=[1e-3, 1e-2])
+    returns = np.asarray(swept.metrics["episode_return_agent_1"])
+    assert returns.shape == (2, 2, 3) == np.shape(swept.metrics["episode_return"])
+    losses = np.asarray(swept.metrics["policy_loss"])
+    assert not np.array_equal(losses[:, 0], losses[:, 1])  # the two learning rates trained differently
