@@ -35,7 +35,9 @@ def register(env_id: str, factory: Callable[[], Any], *, overwrite: bool = False
 
     `factory` takes no arguments: `make`'s keyword arguments change the env's params (fields of
     its `default_params`), not how it is built. The env must follow the gymnax contract (`reset`,
-    `step`, `default_params`, spaces): a subclass of gymnax's `Environment`, see `check_env_interface`.
+    `step`, `default_params`, spaces): a subclass of gymnax's `Environment`, see `check_env_interface`;
+    or JaxMARL's multi-agent contract (`agents`, `reset(key)`, `step_env(key, state, actions)`, per-agent
+    spaces; see `fusedrl.envs.multiagent`), whose agents the learners train as rows of one batch.
     """
     if not isinstance(env_id, str) or not env_id:
         raise TypeError(f"env_id must be a non-empty string, got {env_id!r}.")
@@ -154,6 +156,11 @@ def _make_suite_env(env_id: str, prefix: str, name: str) -> Any:
             raise ValueError(f"{env_id}: {why}")
         raise _unknown(env_id, [f"{prefix}:{n}" for n in names])
     env = suites.make_env(prefix, name)
+    from fusedrl.envs.multiagent import check_multi_agent_env, is_multi_agent  # lazy: no import circle
+
+    if is_multi_agent(env):
+        check_multi_agent_env(env_id, env)
+        return env
     check_env_interface(env_id, env)
     return env
 
@@ -294,6 +301,15 @@ def is_public(env_id: str) -> bool:
     return env_id not in HIDDEN_IDS and not env_id.startswith(HIDDEN_PREFIXES)
 
 
+def _multi_agent(env_id: str, env: Any, overrides) -> tuple[Any, None]:
+    """(env, None) for a multi-agent env, which has no params: overrides are refused."""
+    if overrides:
+        raise TypeError(f"{env_id} is a multi-agent env (JaxMARL's contract), which has no params to "
+                        f"override ({sorted(overrides)}): build it with its settings in the factory "
+                        f"you register, e.g. functools.partial(MyEnv, max_steps=50).")
+    return env, None
+
+
 def make(env_id: str, **overrides) -> tuple[Any, Any]:
     """Builds an environment and its default params.
 
@@ -325,6 +341,8 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
         env, params = gymnax.make(name)
     elif env_id not in _REGISTRY and (suite := suites.split_id(env_id)):
         env = _make_suite_env(env_id, *suite)
+        if not hasattr(env, "default_params"):  # a multi-agent env (jaxmarl:): no params
+            return _multi_agent(env_id, env, overrides)
         params = env.default_params
     else:
         if env_id not in _REGISTRY:
@@ -334,6 +352,11 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
                 raise _unknown_prefix(env_id)
             raise _unknown(env_id, registered_ids())
         env = _REGISTRY[env_id]()
+        from fusedrl.envs.multiagent import check_multi_agent_env, is_multi_agent  # lazy: no import circle
+
+        if is_multi_agent(env):  # JaxMARL's MultiAgentEnv contract: no params (fusedrl.envs.multiagent)
+            check_multi_agent_env(env_id, env)
+            return _multi_agent(env_id, env, overrides)
         check_env_interface(env_id, env)
         params = env.default_params
     if overrides:

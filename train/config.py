@@ -301,6 +301,11 @@ class PPOConfig(OnPolicyConfig):
         recurrent) compute their layers in bfloat16 from float32 parameters (Adam's state stays
         float32; log-probabilities and losses are computed in float32). Not with your own network.
       env_params: overrides of the env's params (physics constants, time limit).
+      critic: multi-agent envs: "decentralized" (IPPO: each agent's value from its own observation and
+        id) or "centralized" (MAPPO: from the global state, the env's `world_state` or all agents'
+        observations). Refused on a single-agent env.
+      share_parameters: multi-agent envs: one network for every agent (each sees its one-hot id), or
+        False for one per agent. See fusedrl.train.multiagent.
     """
 
     env_id: str = "CartPole-v1"
@@ -334,13 +339,17 @@ class PPOConfig(OnPolicyConfig):
     recurrent_size: int = 128
     compute_dtype: str = "float32"
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Multi-agent envs (fusedrl.train.multiagent): "decentralized" (IPPO: each agent's critic reads its own
+    # observation) or "centralized" (MAPPO: the global state); and one network for all agents, or one each.
+    critic: str = "decentralized"
+    share_parameters: bool = True
 
     algo: ClassVar[str] = "ppo"
     _INT_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._INT_FIELDS + ("update_epochs", "num_minibatches",
                                                                            "recurrent_size")
     _OPTIONAL_NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("target_kl",)
     _BOOL_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig._BOOL_FIELDS, "normalize_adv",
-                                               "clip_value_loss")
+                                               "clip_value_loss", "share_parameters")
     _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {
         "optimizer": "PPO uses Adam (eps 1e-5)",
         "rmsprop_alpha": "PPO uses Adam (eps 1e-5)",
@@ -372,6 +381,9 @@ class PPOConfig(OnPolicyConfig):
                 f"never learn. Use fewer minibatches, or normalize_adv=False."
             )
         _validate_recurrent(self)
+        if self.critic not in ("decentralized", "centralized"):
+            raise ValueError(f"critic must be 'decentralized' (IPPO: each agent's critic reads its own "
+                             f"observation) or 'centralized' (MAPPO: the global state), got {self.critic!r}.")
 
 
 #: The optimisers A2C and REINFORCE offer (`optimizer`).

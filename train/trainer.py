@@ -27,8 +27,10 @@ from fusedrl._warnings import warn_user
 from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical, no_allowed_action
 from fusedrl.envs import Box, Discrete, MultiDiscrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
+from fusedrl.envs.multiagent import AgentsAsRows, is_multi_agent
 from fusedrl.networks import RecurrentActorCritic, build_network
 from fusedrl.platform import choices_platform
+from fusedrl.train import multiagent as MA
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
 from fusedrl.train.phases import scope
@@ -100,6 +102,7 @@ class RunnerState:
     last_return: jax.Array  # [] float32 mean return of the latest update that completed an episode
     last_length: jax.Array  # [] float32 its mean length
     policy_state: Any = None  # a recurrent policy's carry per env ([N, H] leaves); None feed-forward
+    agent_return: Any = None  # multi-agent envs: [A] float32 each agent's latest mean return; else None
 
 
 @struct.dataclass
@@ -193,7 +196,14 @@ class Trainer:
             normalize_adv = getattr(config, "normalize_adv", False)
         self.normalize_adv = normalize_adv
         self.env, self.env_params = make(config.env_id, **config.env_params)
-        act_space = self.env.action_space(self.env_params)
+        # A multi-agent env (JaxMARL's contract) is stepped as a TeamEnv whose agents are rows of the
+        # batch (`make_env`): everything below sees one agent's row (fusedrl.train.multiagent).
+        self.team = MA.team_env(config, self.env) if is_multi_agent(self.env) else None
+        MA.check_config(config, self.team)
+        self.num_agents = 1 if self.team is None else self.team.num_agents
+        if self.team is not None:
+            self.env = self.team
+        act_space = self.env.action_space(self.env_params) if self.team is None else self.env.row_action_space
         self.nvec = None  # MultiDiscrete actions: each component's number of choices
         if isinstance(act_space, Discrete) and tuple(act_space.shape) == ():
             self.discrete, self.action_dim = True, int(act_space.n)
@@ -214,7 +224,7 @@ class Trainer:
         # built-in networks as a dict of arrays (`StructuredObservation`); a single Box observation
         # otherwise as one flat float32 array (`FlattenObservation`).
         self.cnn = config.network == "cnn"
-        obs_leaves, bare = _observation_leaves(self.env, self.env_params, self.cnn)
+        obs_leaves, bare = _observation_leaves(self.env, self.env_params, self.cnn, self.team)
         self.structured = self.cnn or not bare
         if self.cnn:
             _check_images(config.env_id, obs_leaves)
@@ -232,6 +242,8 @@ class Trainer:
             example = jax.ShapeDtypeStruct(flat, jnp.float32)
         self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
                                      obs_shape=obs_shape, obs_example=example, nvec=self.nvec)
+        if self.team is not None:
+            self.network = MA.wrap_network(config, self.network, self.team)
         self.recurrent = isinstance(self.network, RecurrentActorCritic)
         # What `env_fault` flags, bit i for field i: reward, an all-false action_mask row, then each
         # floating observation entry ("observation" for a flat one), in the order of the leaves.
@@ -254,7 +266,8 @@ class Trainer:
         """
         c = self.config
         training = obs_stats is None and not evaluation
-        venv = W.EpisodeStatistics(VecEnv(self.env, num_envs or c.num_envs))
+        venv = VecEnv(self.env, num_envs or c.num_envs)
+        venv = W.EpisodeStatistics(venv if self.team is None else AgentsAsRows(venv))
         if self.structured:
             venv = W.StructuredObservation(venv, keep_images=self.cnn)
         else:
@@ -302,7 +315,7 @@ class Trainer:
     def noise(self, key: jax.Array, num_steps: int) -> jax.Array:
         """The rollout's action-sampling noise for `num_steps` steps of the configured envs."""
         dist = (Categorical if self.nvec is None else MultiCategorical) if self.discrete else DiagGaussian
-        return dist.noise(key, (num_steps, self.config.num_envs, self.action_dim))
+        return dist.noise(key, (num_steps, self.config.num_envs * self.num_agents, self.action_dim))
 
     # ------------------------------------------------------------------------------------ init
     def init(self, key: jax.Array, hparams: Hyperparams | None = None) -> RunnerState:
@@ -321,7 +334,9 @@ class Trainer:
             params = self.network.init(k_net, first)
         opt_state = self.make_optimizer(hparams).init(params)
         zero = jnp.zeros((), jnp.float32)
-        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero, policy_state)
+        agent_return = None if self.team is None else jnp.zeros((self.num_agents,), jnp.float32)
+        return RunnerState(params, opt_state, env_state, obs, key, jnp.int32(0), zero, zero, policy_state,
+                           agent_return)
 
     # ---------------------------------------------------------------------------------- policy
     def initial_policy_state(self, num_envs: int):
@@ -459,16 +474,20 @@ class Trainer:
         metrics = {
             "episode_return": ret,
             "episode_length": length,
-            "episodes_completed": n_done,
+            "episodes_completed": n_done // self.num_agents,  # a multi-agent env's episode is A rows'
             **stats._asdict(),
             "gradient_steps": steps,
             "explained_variance": explained_variance(batch.value, batch.target),
             "learning_rate": jnp.asarray(self.learning_rate(hparams, state.update), jnp.float32),
-            "env_steps": update * (num_steps * num_envs),
+            "env_steps": update * (num_steps * num_envs // self.num_agents),
             ENV_FAULT: fault,
         }
         state = state.replace(params=params, opt_state=opt_state, key=key, update=update,
                               last_return=ret.astype(jnp.float32), last_length=length.astype(jnp.float32))
+        if self.team is not None:  # each agent's own return too: episode_return_<agent>
+            agent_return = MA.agent_returns(traj, self.num_agents, state.agent_return)
+            metrics.update({f"episode_return_{a}": agent_return[i] for i, a in enumerate(self.team.agents)})
+            state = state.replace(agent_return=agent_return)
         return state, metrics
 
     def env_fault(self, traj: Transition) -> jax.Array:
@@ -646,10 +665,14 @@ def _check_hparams_shapes(hparams: Hyperparams, default: Hyperparams) -> None:
             )
 
 
-def _observation_leaves(env, params, cnn: bool):
+def _observation_leaves(env, params, cnn: bool, team=None):
     """(entries, bare) of one env's observation: entries (name, shape and dtype; a bare array is
     "obs") from tracing `reset` (nothing runs), and whether it is one array. (None, True) without
-    `cnn` for an env whose observation space is a Box: the flat path, which needs no tracing."""
+    `cnn` for an env whose observation space is a Box: the flat path, which needs no tracing.
+    A multi-agent env's (`team`): one agent's row."""
+    if team is not None:
+        obs = jax.eval_shape(team.row_observation, jax.random.key(0))
+        return W.observation_entries(obs), False
     try:
         space = env.observation_space(params)
     except NotImplementedError:  # gymnax's default: the observations' own shape is used

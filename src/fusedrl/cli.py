@@ -572,7 +572,11 @@ def cmd_envs(args) -> int:
             continue
         try:
             env, params = make(env_id)
-            obs, act = format_space(env.observation_space(params)), format_space(env.action_space(params))
+            if params is None and hasattr(env, "agents"):  # multi-agent (JaxMARL's contract): per agent
+                one, many = env.agents[0], f"{len(env.agents)} agents x "
+                obs, act = (many + format_space(f(one)) for f in (env.observation_space, env.action_space))
+            else:
+                obs, act = format_space(env.observation_space(params)), format_space(env.action_space(params))
         except Exception as e:  # one broken third-party env must not hide the others
             obs, act = f"(unavailable: {type(e).__name__})", ""
         rows.append((env_id, obs, act, "yes" if has_preset(env_id) else ""))

@@ -203,7 +203,9 @@ def _layers(params) -> list[str]:
 def _evaluate(trainer: Trainer, result: TrainResult, key, num_episodes: int, greedy: bool, max_steps=None):
     """(returns [num_episodes], whether an action_mask row allowed no action in a running episode)."""
     venv, obs, env_state, key = eval_reset(trainer, result, key, num_episodes)
-    return _episode_loop(trainer, result, venv, obs, env_state, key, greedy, max_steps)
+    returns, no_action = _episode_loop(trainer, result, venv, obs, env_state, key, greedy, max_steps)
+    # A multi-agent env's episode is its agents' rows (env-major): its return is the team's, their mean.
+    return returns.reshape(num_episodes, trainer.num_agents).mean(axis=-1), no_action
 
 
 def eval_reset(trainer: Trainer, result: TrainResult, key, num_episodes: int):

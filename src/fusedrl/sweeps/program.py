@@ -371,6 +371,8 @@ def _program(config, swept, devices, key_impl, callback, callback_every, mapped=
     def hparams_of(swept_values, base):
         hp = {n: swept_values[n] for n, kind in swept if kind == "hp"}
         env = {n: swept_values[n] for n, kind in swept if kind == "env"}
+        if not env:  # nothing of the env swept (a multi-agent env has no params at all)
+            return base.replace(**hp)
         return base.replace(**hp, env_params=base.env_params.replace(**env))
 
     def key_of(key_data):

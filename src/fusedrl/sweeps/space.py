@@ -67,6 +67,8 @@ def env_param_fields(config: OnPolicyConfig) -> dict[str, Any]:
     from fusedrl.envs import make
 
     params = make(config.env_id, **config.env_params)[1]
+    if params is None:  # a multi-agent env (JaxMARL's contract) has no params
+        return {}
     return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
 
 

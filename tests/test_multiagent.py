@@ -1,0 +1,430 @@
+"""Multi-agent envs on JaxMARL's `MultiAgentEnv` contract: IPPO and MAPPO on the one trainer.
+
+The env is docs/examples/my_team.py's `MatchingTeam` (two agents see the same cue and score by
+picking different actions, so only the one-hot agent id lets one shared policy solve it), plus two
+small envs defined here: one that terminates early (termination against truncation) and a trap
+whose masked actions pay most (masks honoured).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import types
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+from gymnax.environments import spaces
+from jax.flatten_util import ravel_pytree
+
+import fusedrl
+from fusedrl.envs import wrappers as W
+from fusedrl.train import A2CConfig, PPOConfig, ReinforceConfig, make_train
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "docs" / "examples" / "my_team.py"
+ENV_ID = "MatchingTeam-v0"
+MAX_STEPS = 8  # MatchingTeam's default time limit
+
+
+# --------------------------------------------------------------------------------- test envs
+@struct.dataclass
+class StepState:
+    step: jax.Array  # [] int32
+
+
+class EndsEarly:
+    """Ends (terminated) on the step agent_0 picks action 1; else at max_steps (a time limit)."""
+
+    agents = ["agent_0", "agent_1"]
+    num_agents = 2
+    max_steps = 5
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 10.0, (1,), jnp.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def reset(self, key):
+        s = StepState(jnp.int32(0))
+        return self.get_obs(s), s
+
+    def get_obs(self, s):
+        return {a: jnp.full((1,), s.step, jnp.float32) for a in self.agents}
+
+    def step_env(self, key, s, actions):
+        new = StepState(s.step + 1)
+        done = (actions["agent_0"] == 1) | (new.step >= self.max_steps)
+        rewards = {"agent_0": jnp.float32(1.0), "agent_1": jnp.float32(3.0)}
+        return self.get_obs(new), new, rewards, {"agent_0": done, "agent_1": done, "__all__": done}, {}
+
+
+class Trap:
+    """Three actions; action 1 pays 1. agent_0 may not take action 2, agent_1 not action 0, and those
+    pay 10: a policy that escaped its mask would learn to take them."""
+
+    agents = ["agent_0", "agent_1"]
+    num_agents = 2
+    max_steps = 4
+    FORBIDDEN = (2, 0)
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (2,), jnp.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def reset(self, key):
+        s = StepState(jnp.int32(0))
+        return self.get_obs(s), s
+
+    def get_obs(self, s):
+        return {a: jnp.zeros((2,), jnp.float32) for a in self.agents}
+
+    def get_avail_actions(self, s):
+        return {a: jnp.arange(3) != f for a, f in zip(self.agents, self.FORBIDDEN, strict=True)}
+
+    def step_env(self, key, s, actions):
+        new = StepState(s.step + 1)
+        rewards = {a: jnp.where(actions[a] == f, 10.0, jnp.where(actions[a] == 1, 1.0, 0.0))
+                   for a, f in zip(self.agents, self.FORBIDDEN, strict=True)}
+        done = new.step >= self.max_steps
+        return self.get_obs(new), new, rewards, {"agent_0": done, "agent_1": done, "__all__": done}, {}
+
+
+class MixedSpaces(EndsEarly):
+    def action_space(self, agent):
+        return spaces.Discrete(2 if agent == "agent_0" else 3)
+
+
+def shifted_team(base):
+    """MatchingTeam where agent i sees the cue shifted by i: the agents' observations differ (so an
+    observation or global state built from the wrong agent shows)."""
+    class ShiftedTeam(base):
+        def get_obs(self, state):
+            return {a: jax.nn.one_hot((state.cue + i) % self.num_cues, self.num_cues, dtype=jnp.float32)
+                    for i, a in enumerate(self.agents)}
+
+    return ShiftedTeam
+
+
+@pytest.fixture(scope="module", autouse=True)
+def my_team():
+    """docs/examples/my_team.py imported (it registers MatchingTeam-v0) and the test envs registered;
+    the registry is restored afterwards."""
+    from fusedrl.envs import registry
+
+    saved = dict(registry._REGISTRY)
+    spec = importlib.util.spec_from_file_location("docs.examples.my_team", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    fusedrl.register("ShiftedTeam-v0", shifted_team(module.MatchingTeam))
+    fusedrl.register("EndsEarly-v0", EndsEarly)
+    fusedrl.register("Trap-v0", Trap)
+    fusedrl.register("MixedSpaces-v0", MixedSpaces)
+    yield module
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
+    sys.modules.pop(spec.name, None)
+
+
+# ------------------------------------------------------------------------------ the contract
+def test_make_returns_the_users_env_and_refuses_params(my_team):
+    env, params = fusedrl.make(ENV_ID)
+    assert isinstance(env, my_team.MatchingTeam) and params is None
+    with pytest.raises(TypeError, match="multi-agent env .* no params"):
+        fusedrl.make(ENV_ID, max_steps=3)
+
+
+def test_what_the_learners_cannot_take_is_refused_by_name():
+    with pytest.raises(ValueError, match="action spaces differ"):
+        fusedrl.make("MixedSpaces-v0")
+    with pytest.raises(ValueError, match="critic='centralized'.*CartPole-v1 has one agent"):
+        make_train(PPOConfig(env_id="CartPole-v1", critic="centralized"))
+    with pytest.raises(ValueError, match="share_parameters=False.*one agent"):
+        make_train(PPOConfig(env_id="CartPole-v1", share_parameters=False))
+    with pytest.raises(ValueError, match="critic must be 'decentralized'.*or 'centralized'"):
+        PPOConfig(env_id=ENV_ID, critic="central")
+    with pytest.raises(ValueError, match="critic='centralized' is not implemented with recurrent='gru'"):
+        make_train(PPOConfig(env_id=ENV_ID, critic="centralized", recurrent="gru"))
+    with pytest.raises(ValueError, match="share_parameters=False builds .* network='cnn'"):
+        make_train(PPOConfig(env_id=ENV_ID, share_parameters=False, network="cnn"))
+
+
+def _inner_teams(venv, state):
+    """The TeamEnv states [N] inside the trainer's wrapped env state."""
+    vec = W.find_wrapper_state(venv, state, W.EpisodeStatistics).inner.inner  # AgentsAsRows -> VecEnv
+    return vec.env_state
+
+
+@pytest.mark.parametrize("env_id", [ENV_ID, "EndsEarly-v0"])
+def test_rows_follow_the_envs_own_step(env_id):
+    """Row n * A + a of the stepped envs is agent a of env n: its observation, one-hot id and reward are
+    the env's own (its step_env on the same state and actions); an episode that ends at max_steps is
+    truncated, one that the env ends earlier terminated; final_observation is the env's, pre-reset."""
+    train = make_train(PPOConfig(env_id=env_id, num_envs=3, num_steps=8))
+    hp = train.default_hparams()
+    venv = train.make_env(hp)
+    env, A, N = train.team.ma, 2, 3
+    obs, state = jax.jit(venv.reset)(jax.random.key(0), hp.env_params)
+    step = jax.jit(lambda s, a: venv.step(s, a, hp.env_params))
+    env_step = jax.jit(jax.vmap(lambda s, a: env.step_env(jax.random.key(0), s, a)))
+    rng = np.random.default_rng(0)
+    seen = {"terminated": 0, "truncated": 0}
+    for _ in range(20):
+        teams = _inner_teams(venv, state)
+        action = jnp.asarray(rng.random(N * A) < 0.2, jnp.int32)  # EndsEarly's action 1 ends it
+        actions = {a: action[i::A] for i, a in enumerate(env.agents)}
+        want_obs, _, want_r, want_d, _ = env_step(teams.inner, actions)
+        own = jax.vmap(env.get_obs)(teams.inner)
+        for i, a in enumerate(env.agents):  # rows before the step
+            np.testing.assert_array_equal(obs["obs"][i::A], own[a])
+            np.testing.assert_array_equal(obs["agent"][i::A], np.tile(np.eye(A)[i], (N, 1)))
+        obs, state, reward, terminated, truncated, info = step(state, action)
+        time_up = np.asarray(teams.time) + 1 >= env.max_steps
+        for i, a in enumerate(env.agents):
+            np.testing.assert_array_equal(reward[i::A], want_r[a])
+            if env_id == "EndsEarly-v0":  # deterministic: its next observation is known
+                np.testing.assert_array_equal(info["final_observation"]["obs"][i::A], want_obs[a])
+            np.testing.assert_array_equal(truncated[i::A], time_up)
+            np.testing.assert_array_equal(terminated[i::A], np.asarray(want_d["__all__"]) & ~time_up)
+        going = ~np.asarray(terminated | truncated)
+        np.testing.assert_array_equal(np.asarray(info["final_observation"]["obs"])[going], obs["obs"][going])
+        seen["terminated"] += int(terminated.sum())
+        seen["truncated"] += int(truncated.sum())
+    assert seen["truncated"] > 0
+    assert (seen["terminated"] > 0) == (env_id == "EndsEarly-v0")
+
+
+# -------------------------------------------------------------------- float64 update reference
+REF = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=4, num_minibatches=2,
+           hidden_sizes=(16, 16), lr=2e-2, clip_eps=0.02, ent_coef=0.05, vf_coef=0.5, max_grad_norm=0.5,
+           gamma=0.95, gae_lambda=0.9)
+
+
+def _reference_module():
+    path = ROOT / "tests" / "test_update_reference.py"
+    spec = importlib.util.spec_from_file_location("update_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _mlp(p, prefix, x, agent=None):
+    """The two tanh layers and head `{prefix}_0, {prefix}_1, {prefix}_head` of params `p`; with `agent`
+    [...] (one network per agent: leaves [A, ...]) each row through its own agent's layers."""
+    def dense(name, x):
+        w, b = p[name]["kernel"], p[name]["bias"]
+        if agent is None:
+            y = x @ w
+            return y + jnp.broadcast_to(b, y.shape)
+        return jnp.einsum("...i,...io->...o", x, w[agent]) + b[agent]
+
+    x = jnp.tanh(dense(f"{prefix}_0", x))
+    x = jnp.tanh(dense(f"{prefix}_1", x))
+    return dense(f"{prefix}_head", x)
+
+
+def packed(obs):
+    """A row observation dict as one array [..., A + D (+ S)]: [one-hot id, own obs, world state]
+    (the reference update slices arrays)."""
+    return jnp.concatenate([obs[k] for k in ("agent", "obs", "world_state") if k in obs], axis=-1)
+
+
+def reference_apply(critic: str, shared: bool, num_agents: int = 2, obs_dim: int = 3):
+    """The network written out: the actor reads [one-hot id, own obs]; the critic the same (IPPO) or
+    [one-hot id, world_state] (MAPPO); one set of layers, or each row its agent's."""
+    def apply(params, x):
+        cut = num_agents + obs_dim
+        obs = {"agent": x[..., :num_agents], "obs": x[..., num_agents:cut], "world_state": x[..., cut:]}
+        p = params["params"]
+        agent = None if shared else jnp.argmax(obs["agent"], axis=-1)
+        actor_p = p if (shared and critic == "decentralized") else p["actor"]
+        local = jnp.concatenate([obs["agent"], obs["obs"]], axis=-1)
+        logits = _mlp(actor_p, "actor", local, agent)
+        if critic == "centralized":
+            central = jnp.concatenate([obs["agent"], obs["world_state"]], axis=-1)
+            value = _mlp(p["critic"], "critic", central, agent)
+        else:
+            value = _mlp(actor_p, "critic", local, agent)
+        return types.SimpleNamespace(logits=logits), value[..., 0]
+
+    return apply
+
+
+CASES = [("decentralized", True), ("centralized", True), ("decentralized", False)]
+
+
+@pytest.mark.parametrize("critic, shared", CASES, ids=["IPPO", "MAPPO", "IPPO-unshared"])
+def test_one_update_matches_a_float64_reference(critic, shared):
+    """One PPO update on the agents' rows against tests/test_update_reference.py's float64 reference
+    (GAE per agent row, minibatches of the T * N * A rows, clipped loss, clip, Adam), with the network
+    written out above; and the rows' global state is every agent's observation of its env."""
+    ref = _reference_module()
+    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, share_parameters=shared, **REF)
+    train = make_train(config)
+    hp = train.default_hparams()
+    venv = train.make_env(hp)
+    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key))
+    learn = jax.jit(train.learn_from_rollout)
+    state = jax.jit(train.init)(jax.random.key(0), hp)
+    for _ in range(2):  # the second update is checked: Adam's moments are not fresh
+        key, k_roll = jax.random.split(state.key)
+        state, traj = rollout(state.replace(key=key), k_roll)
+        if int(state.update) < 1:
+            state = learn(state, traj, hp)[0]
+    T, R = traj.reward.shape
+    A = 2
+    assert R == config.num_envs * A
+    assert np.asarray(traj.done).any() and not np.asarray(traj.terminated).any()  # time limits only
+    if critic == "centralized":
+        teams = np.asarray(traj.obs["obs"]).reshape(T, config.num_envs, -1)  # [T, N, A * D]
+        np.testing.assert_array_equal(traj.obs["world_state"], np.repeat(teams, A, axis=1))
+
+    new_state, metrics = learn(state, traj, hp)
+    c = types.SimpleNamespace(clip_value_loss=config.clip_value_loss, anneal_lr=config.anneal_lr,
+                              num_updates=config.num_updates, update_epochs=config.update_epochs,
+                              num_minibatches=config.num_minibatches, normalize_adv=config.normalize_adv,
+                              batch_size=T * R)  # the learner's batch: every agent's row
+    apply = reference_apply(critic, shared)
+    like = types.SimpleNamespace(config=c, network=types.SimpleNamespace(apply=apply), discrete=True)
+    traj = traj._replace(obs=packed(traj.obs), next_obs=packed(traj.next_obs))
+    np.testing.assert_allclose(apply(state.params, traj.obs)[1], traj.value, rtol=1e-5, atol=1e-5)
+    theta, (mu, nu, count), means, lr, clips = ref.reference_update(like, hp, state, traj)
+    assert 0 < clips["ratio"] and 0 < clips["grad"], clips
+    theta0 = np.asarray(ravel_pytree(state.params)[0], np.float64)
+    step = np.asarray(ravel_pytree(new_state.params)[0], np.float64) - theta0
+    scale = np.max(np.abs(theta - theta0))
+    np.testing.assert_allclose(step, theta - theta0, rtol=1e-3, atol=1e-4 * scale, err_msg="params step")
+    for name in ref.LOSS_STATS:
+        np.testing.assert_allclose(float(metrics[name]), means[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert count == 2 * config.update_epochs * config.num_minibatches
+    # Team metrics: env steps and episodes count envs, not rows.
+    assert int(metrics["env_steps"]) == 2 * T * config.num_envs
+    assert int(metrics["episodes_completed"]) == int(np.asarray(traj.episode_done).sum()) // A
+
+
+# ----------------------------------------------------------------------------- masks honoured
+def test_masked_actions_are_never_taken():
+    """Trap's forbidden actions pay 10 against 1: no rollout of a training run takes one, in training or
+    greedy evaluation, and the team return never exceeds what the allowed actions can earn."""
+    config = PPOConfig(env_id="Trap-v0", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, lr=1e-2,
+                       hidden_sizes=(16,))
+    train = make_train(config)
+    hp = train.default_hparams()
+    venv = train.make_env(hp)
+    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key))
+    learn = jax.jit(train.learn_from_rollout)
+    state = jax.jit(train.init)(jax.random.key(0), hp)
+    taken = []
+    for _ in range(config.num_updates):
+        key, k_roll = jax.random.split(state.key)
+        state, traj = rollout(state.replace(key=key), k_roll)
+        taken.append(np.asarray(traj.action))
+        state, metrics = learn(state, traj, hp)
+        assert float(metrics["episode_return"]) <= Trap.max_steps
+    taken = np.stack(taken)  # [U, T, N * A]
+    for i, forbidden in enumerate(Trap.FORBIDDEN):
+        assert not (taken[..., i::2] == forbidden).any(), f"agent_{i} took its masked action {forbidden}"
+    assert len(np.unique(taken)) == 3  # every allowed action was sampled: the masks are per agent
+    result = fusedrl.TrainResult(state=state, metrics={}, hparams=hp)
+    returns = fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=8)
+    assert returns.shape == (8,) and float(returns.max()) <= Trap.max_steps
+
+
+# ------------------------------------------------------------------ learning and guarantees
+LEARN = dict(env_id=ENV_ID, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 40, lr=1e-2)
+
+
+@pytest.fixture(scope="module")
+def learned():
+    """IPPO on MatchingTeam, 2 seeds in one program (jit of vmap), traced once, run without a host
+    transfer."""
+    config = PPOConfig(**LEARN)
+    train = make_train(config)
+    traced = chex.assert_max_traces(train.__call__, n=1)
+    jitted = jax.jit(jax.vmap(traced))
+    keys = jax.random.split(jax.random.key(0), 2)
+    with jax.transfer_guard("disallow"):
+        result = jax.block_until_ready(jitted(keys))
+    assert "callback" not in jitted.lower(keys).as_text()
+    return config, train, result
+
+
+def test_ippo_learns_the_coordination_the_ids_make_possible(learned):
+    """Both agents see the same cue and must pick different actions: one shared policy without the id
+    earns at most 3 of 8 per episode (0.375 per step); random play 1.8. Both seeds get >= 7."""
+    config, _, result = learned
+    last = np.asarray(result.metrics["episode_return"])[:, -5:].mean(axis=1)
+    assert (last >= 7.0).all(), last
+    greedy = fusedrl.evaluate(config, result, jax.random.key(1), num_episodes=16)
+    assert greedy.shape == (2, 16)
+    assert (np.asarray(greedy).mean(axis=1) >= 7.0).all(), greedy
+    # episode_return is the team's: the mean of the agents' own returns (each episode ends for both).
+    agents = [np.asarray(result.metrics[f"episode_return_agent_{i}"]) for i in range(2)]
+    np.testing.assert_allclose(result.metrics["episode_return"], (agents[0] + agents[1]) / 2, rtol=1e-5)
+    assert (np.asarray(result.metrics["episode_length"])[:, -1] == MAX_STEPS).all()
+
+
+def test_a_run_resumed_from_a_checkpoint_is_bit_identical(learned, tmp_path):
+    """Half a run, saved and restored (fusedrl.checkpoint), continues exactly as the run that was never
+    saved: every leaf of the state (the agents' returns too) comes back."""
+    config, train, _ = learned
+    from fusedrl import checkpoint as ckpt
+
+    hp = train.default_hparams()
+    run = jax.jit(train.run, static_argnums=2)
+    half = config.num_updates // 2
+    first = run(jax.jit(train.init)(jax.random.key(0), hp), hp, half)
+    assert first.state.agent_return.shape == (2,)
+    ckpt.save(tmp_path / "ckpt", config, first.state, hp)
+    _, restored, hp2, _ = ckpt.restore(tmp_path / "ckpt", config)
+    chex.assert_trees_all_equal(jax.tree.map(np.asarray, restored.agent_return), first.state.agent_return)
+    resumed = run(restored, hp2, config.num_updates - half)
+    straight = run(first.state, hp, config.num_updates - half)
+    chex.assert_trees_all_equal(resumed.state.params, straight.state.params)
+    chex.assert_trees_all_equal(resumed.metrics, straight.metrics)
+
+
+@pytest.mark.parametrize("config", [
+    PPOConfig(env_id=ENV_ID, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, recurrent="gru",
+              recurrent_size=8, hidden_sizes=(8,)),
+    A2CConfig(env_id=ENV_ID, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, hidden_sizes=(8,)),
+    ReinforceConfig(env_id=ENV_ID, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, hidden_sizes=(8,)),
+], ids=["recurrent-IPPO", "A2C", "REINFORCE"])
+def test_other_learners_take_multi_agent_envs(config):
+    result = jax.jit(make_train(config))(jax.random.key(0))
+    assert int(result.metrics["episodes_completed"][-1]) == config.num_envs  # one 8-step episode per env
+    assert np.isfinite(np.asarray(result.metrics["policy_loss"])).all()
+    assert float(result.metrics["episode_length"][-1]) == MAX_STEPS
+
+
+def test_the_cli_trains_mappo_on_a_users_env(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fusedrl.cli", "train", "--import", "docs.examples.my_team", "--env", ENV_ID,
+           "--set", "critic=centralized", "--set", "num_envs=4", "--set", "num_steps=8",
+           "--total-timesteps", "64", "--eval-episodes", "2", "--no-progress", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+    assert json.loads((out / "config.json").read_text())["ppo"]["critic"] == "centralized"
+
+
+def test_a_sweep_trains_a_multi_agent_env():
+    """fusedrl.sweep over lr on MatchingTeam (which has no env params): one run per (seed, lr), each
+    with its own curve."""
+    config = PPOConfig(env_id=ENV_ID, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, hidden_sizes=(8,))
+    swept = fusedrl.sweep(config, num_seeds=2, lr=[1e-3, 1e-2])
+    returns = np.asarray(swept.metrics["episode_return_agent_1"])
+    assert returns.shape == (2, 2, 3) == np.shape(swept.metrics["episode_return"])
+    losses = np.asarray(swept.metrics["policy_loss"])
+    assert not np.array_equal(losses[:, 0], losses[:, 1])  # the two learning rates trained differently

@@ -1,0 +1,138 @@
+"""IPPO and MAPPO: the on-policy learners on a multi-agent env, as rows of one batch.
+
+`fusedrl.envs.multiagent` turns an env of A agents into A rows per env (each agent's observation with
+its one-hot id, its action mask, its own reward), so rollout, targets, losses and minibatches run as
+for A times as many single-agent envs. What is multi-agent is here:
+
+- the network (`AgentNetwork`): by default one actor-critic shared by every agent (IPPO; the one-hot
+  id lets agents that see the same thing act differently). `critic="centralized"` (MAPPO) values
+  each row from the global state (`world_state`, with the agent's id) instead of the agent's own
+  observation; `share_parameters=False` gives each agent its own parameters (a leading [A] axis on
+  every leaf), each row taking its agent's network.
+- the metrics: `episode_return` is the mean over a completed episode's rows, i.e. the episode's sum
+  of the team reward (the mean over agents of their rewards), since every agent's episode ends with
+  its env's; `agent_episode_return` [A] is each agent's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from fusedrl.distributions import mask_policy
+from fusedrl.envs.multiagent import AGENT_ID, WORLD_STATE, TeamEnv
+from fusedrl.networks import ACTION_MASK, ActorCritic
+from fusedrl.train.rollout import Transition
+
+#: `PPOConfig.critic`'s choices: each agent's own observation (IPPO), or the global state (MAPPO).
+CRITICS = ("decentralized", "centralized")
+
+
+def check_config(config, team: TeamEnv | None) -> None:
+    """The multi-agent fields against the env: `critic="centralized"` and `share_parameters=False`
+    need a multi-agent env, and (for now) the built-in feed-forward network."""
+    critic = getattr(config, "critic", "decentralized")
+    shared = getattr(config, "share_parameters", True)
+    if team is None:
+        if critic == "centralized":
+            raise ValueError(f"critic='centralized' (MAPPO) needs a multi-agent env (JaxMARL's MultiAgentEnv "
+                             f"contract), and {config.env_id} has one agent: use critic='decentralized'.")
+        if not shared:
+            raise ValueError(f"share_parameters=False gives each agent of a multi-agent env its own network, "
+                             f"and {config.env_id} has one agent: use share_parameters=True.")
+        return
+    if critic == "decentralized" and shared:
+        return  # IPPO with one shared network: any network, recurrent too
+    what = "critic='centralized'" if critic == "centralized" else "share_parameters=False"
+    if getattr(config, "recurrent", None) is not None:
+        raise ValueError(f"{what} is not implemented with recurrent={config.recurrent!r} yet: use "
+                         f"recurrent=None, or recurrent IPPO (critic='decentralized', "
+                         f"share_parameters=True).")
+    if config.network is not None:
+        raise ValueError(f"{what} builds its networks from the built-in MLP; network={config.network!r} is "
+                         f"not supported with it yet: use network=None.")
+
+
+class AgentNetwork(nn.Module):
+    """A batch of agent rows -> (pi, value), each over the rows [B].
+
+    Attributes:
+      base: the actor-critic (`ActorCritic`, an unbound template) whose policy acts; it sees each
+        row's own observation and id (never `world_state`). Shared by all agents, or one per agent
+        (`shared=False`).
+      num_agents: A.
+      shared: one set of parameters for every agent; else each agent's own (every parameter leaf
+        gets a leading [A] axis; each row takes its agent's network, computed for all A on every
+        row, then selected: A times the compute of one).
+      centralized: value from a second actor-critic on the row's `world_state` and id (MAPPO);
+        its policy head (and the actor's critic head) are parameters that get no gradient.
+    """
+
+    base: nn.Module
+    num_agents: int
+    shared: bool = True
+    centralized: bool = False
+
+    def _nets(self, name: str):
+        fields = {f: getattr(self.base, f) for f in self.base.__dataclass_fields__
+                  if f not in ("parent", "name")}
+        cls = type(self.base)
+        if not self.shared:
+            cls = nn.vmap(cls, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
+                          out_axes=0, axis_size=self.num_agents)
+        return cls(**fields, name=name)
+
+    def _per_agent(self, net, obs, agent):
+        """`net(obs)` with each row's own agent's parameters: (pi, value) over [B]."""
+        if self.shared:
+            return net(obs)
+        pi, value = net(obs)  # every agent's network on every row: leaves [A, B, ...]; log_std [A, D]
+        rows = jnp.arange(agent.shape[0])
+        pi = jax.tree.map(lambda x: x[agent, rows] if x.ndim == 3 else x[agent], pi)
+        return pi, value[agent, rows]
+
+    @nn.compact
+    def __call__(self, obs):
+        agent = jnp.argmax(obs[AGENT_ID], axis=-1)  # [B] each row's agent
+        mask = obs.get(ACTION_MASK)
+        local = {k: v for k, v in obs.items() if k not in (WORLD_STATE, ACTION_MASK)}
+        pi, value = self._per_agent(self._nets("actor"), local, agent)
+        if mask is not None:
+            pi = mask_policy(pi, mask)
+        if self.centralized:
+            central = {AGENT_ID: obs[AGENT_ID], WORLD_STATE: obs[WORLD_STATE]}
+            _, value = self._per_agent(self._nets("critic"), central, agent)
+        return pi, value
+
+
+def wrap_network(config, network: nn.Module, team: TeamEnv) -> nn.Module:
+    """The trainer's network for a multi-agent env: `network` itself for IPPO with shared parameters,
+    else an `AgentNetwork` around it (`check_config` has made sure it is an `ActorCritic`)."""
+    centralized = getattr(config, "critic", "decentralized") == "centralized"
+    shared = getattr(config, "share_parameters", True)
+    if shared and not centralized:
+        return network
+    assert isinstance(network, ActorCritic), type(network)
+    return AgentNetwork(base=network, num_agents=team.num_agents, shared=shared, centralized=centralized)
+
+
+def agent_returns(traj: Transition, num_agents: int, last: jax.Array) -> jax.Array:
+    """Each agent's mean return [A] over the episodes completed in a [T, N * A] rollout (rows n * A + a);
+    `last` [A] where none did."""
+    done = traj.episode_done.reshape(traj.episode_done.shape[:1] + (-1, num_agents))
+    ret = traj.episode_return.reshape(done.shape)
+    n = done.sum(axis=(0, 1))
+    mean = jnp.sum(ret * done, axis=(0, 1)) / jnp.maximum(n, 1).astype(jnp.float32)
+    return jnp.where(n > 0, mean, last)
+
+
+def team_env(config, env: Any) -> TeamEnv:
+    """The `TeamEnv` the trainer steps for a multi-agent env (with the global state for MAPPO)."""
+    return TeamEnv(env, world_state=getattr(config, "critic", "decentralized") == "centralized",
+                   env_id=config.env_id)
+
+
+__all__ = ["CRITICS", "AgentNetwork", "agent_returns", "check_config", "team_env", "wrap_network"]
