@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl._warnings import warn_user
+from fusedrl.envs._gymnax import environment
 from fusedrl.envs.base import (
     Environment,
     check_action,
@@ -427,8 +428,6 @@ def _two(env, out):
 def _check_time_field(env, method: str, state) -> None:
     """The default `is_truncated` reads `state.time`: a state without it failed inside gymnax with
     an AttributeError naming neither the method nor the fix."""
-    from fusedrl.envs._gymnax import environment
-
     if getattr(type(env), "is_truncated", None) is environment.Environment.is_truncated and not hasattr(
             state, "time"):
         raise TypeError(

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import fusedrl
+from fusedrl import make_train
 from fusedrl.bridge import HostPPO, evaluate
 from fusedrl.envs import Box, Discrete
 from fusedrl.envs.host import HostEnv, HostEnvError
-from fusedrl.train import METRIC_NAMES, PPOConfig, make_train
+from fusedrl.train import METRIC_NAMES, PPOConfig
 
 CARTPOLE = "gymnasium:CartPole-v1"
 TINY = dict(env_id=CARTPOLE, num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3, update_epochs=1,
@@ -463,7 +464,7 @@ def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):
 
 def test_refusals_name_the_jax_twin_only_where_fusedrl_has_one():
     from fusedrl import runs, sweep
-    from fusedrl.envs.host import jax_twin
+    from fusedrl.envs.registry import jax_twin
 
     assert jax_twin(CARTPOLE) == "CartPole-v1" and jax_twin("gymnasium:Pendulum-v1") == "Pendulum-v1"
     assert jax_twin("gymnasium:FrozenLake-v1") is None  # a Gymnasium env fusedrl has no JAX copy of

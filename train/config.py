@@ -18,8 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl._suggest import close_names
+from fusedrl.envs import make
+from fusedrl.networks import ACTIVATIONS, BUILTIN_NETWORKS, RECURRENT_CELLS, network_path_error
 
 
 def traced(default: float):
@@ -234,8 +236,6 @@ class OnPolicyConfig:
           env_params: the env's params; default: `fusedrl.make(env_id, **self.env_params)[1]`.
         """
         if env_params is None:
-            from fusedrl.envs import make
-
             env_params = make(self.env_id, **self.env_params)[1]
         values = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in self.traced_fields()}
         return Hyperparams(type(self), values, env_params)
@@ -775,13 +775,10 @@ def _validate(c: OnPolicyConfig) -> None:
             raise TypeError(f"{name} must be True or False, got {v!r}.")
     if not c.hidden_sizes or not all(is_int(w) and w > 0 for w in c.hidden_sizes):
         raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints, got {c.hidden_sizes}.")
-    from fusedrl.networks import ACTIVATIONS
 
     if not isinstance(c.activation, str) or c.activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {c.activation!r}.")
     if c.network is not None:
-        from fusedrl.networks import network_path_error
-
         if error := network_path_error(c.network):
             raise ValueError(f"network {error}")
     _validate_compute_dtype(c)
@@ -792,7 +789,6 @@ def _validate_compute_dtype(c) -> None:
     if c.compute_dtype not in ("float32", "bfloat16"):
         raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16' (mixed precision), got "
                          f"{c.compute_dtype!r}.")
-    from fusedrl.networks import BUILTIN_NETWORKS
 
     recurrent = getattr(c, "recurrent", None)
     custom = c.network is not None and c.network not in BUILTIN_NETWORKS  # "cnn" is built in
@@ -804,15 +800,12 @@ def _validate_compute_dtype(c) -> None:
 
 
 def _validate_recurrent(c) -> None:
-    from fusedrl.networks import RECURRENT_CELLS
-
     if c.recurrent is not None and c.recurrent not in RECURRENT_CELLS:
         raise ValueError(f"recurrent must be None (a feed-forward network) or one of "
                          f"{list(RECURRENT_CELLS)}, got {c.recurrent!r}.")
     if not is_int(c.recurrent_size) or c.recurrent_size <= 0:
         raise ValueError(f"recurrent_size must be a positive int (the cell's width, e.g. 128), got "
                          f"{c.recurrent_size!r}.")
-    from fusedrl.networks import BUILTIN_NETWORKS
 
     custom = c.network is not None and c.network not in BUILTIN_NETWORKS
     if c.recurrent is None:

@@ -20,96 +20,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import struct
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl._warnings import warn_user
 from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical
 from fusedrl.envs import Box, Discrete, MultiDiscrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
-from fusedrl.networks import RecurrentActorCritic, build_network
+from fusedrl.metrics import EPISODE_METRICS, METRIC_NAMES, episode_values, has_episode  # re-exported
+from fusedrl.networks import RecurrentActorCritic, build_network, is_image
 from fusedrl.platform import choices_platform
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
 from fusedrl.train.rollout import Transition, batched_values, rollout
+from fusedrl.train.state import RunnerState, TrainResult, typed_key  # typed_key re-exported
 from fusedrl.train.tuning import Tuning, resolve_tuning
 from fusedrl.train.update import minibatch_epochs
-
-METRIC_NAMES = (
-    "episode_return",
-    "episode_length",
-    "episodes_completed",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clip_fraction",
-    "gradient_steps",
-    "explained_variance",
-    "learning_rate",
-    "env_steps",
-)
-
-#: Metrics that are means over the episodes completed in an update (see `TrainResult`).
-EPISODE_METRICS = ("episode_return", "episode_length")
-
-
-def typed_key(key: jax.Array) -> jax.Array:
-    """`key` as a typed PRNG key: a legacy uint32 key (`jax.random.PRNGKey`) is wrapped, with the
-    same random streams, so every state holds typed keys (and checkpoints restore them)."""
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    return jax.random.wrap_key_data(key)
-
-
-def has_episode(metrics: Mapping[str, Any]):
-    """Whether each update's episode statistics (in metrics arrays, or one logged row) come from a
-    completed episode: False before the first (where they are 0.0, with `episode_length` 0, which
-    no completed episode has). True where `episode_length` is not recorded."""
-    return np.asarray(metrics.get("episode_length", 1)) > 0
-
-
-def episode_values(metrics: Mapping[str, Any], name: str) -> np.ndarray:
-    """`metrics[name]` as float64, NaN where it is no episode's statistic (`has_episode` False);
-    other metrics unchanged. For summaries and plots: `np.nanmax`, gaps in curves."""
-    values = np.asarray(metrics[name], np.float64)
-    if name in EPISODE_METRICS:
-        values = np.where(has_episode(metrics), values, np.nan)
-    return values
-
-
-@struct.dataclass
-class RunnerState:
-    """Everything a run carries from one update to the next (and what a checkpoint saves)."""
-
-    params: Any  # network parameters
-    opt_state: Any  # optax state (its step count drives the learning-rate schedule)
-    env_state: Any  # wrapped VecEnv state: env states, reset pool, normaliser statistics, env key
-    obs: jax.Array  # [N, obs_dim] float32 current observations
-    key: jax.Array  # PRNG key for actions and minibatch shuffling
-    update: jax.Array  # [] int32 updates completed
-    last_return: jax.Array  # [] float32 mean return of the latest update that completed an episode
-    last_length: jax.Array  # [] float32 its mean length
-    policy_state: Any = None  # a recurrent policy's carry per env ([N, H] leaves); None feed-forward
-
-
-@struct.dataclass
-class TrainResult:
-    """Final state of a run and its per-update metrics (each metric [num_updates]).
-
-    `episode_return` and `episode_length` are means over the episodes that completed during the
-    update (`episodes_completed`); an update in which none did repeats the latest update that had
-    one, and updates before the first completed episode report 0.0, marked by `episode_length` 0
-    (a completed episode has length >= 1). Never NaN.
-    """
-
-    state: RunnerState
-    metrics: dict[str, jax.Array]
-    hparams: Hyperparams
-
-    @property
-    def params(self):
-        return self.state.params
 
 
 class Algorithm(NamedTuple):
@@ -573,8 +498,6 @@ def _observation_leaves(env, params, cnn: bool):
 
 def _check_images(env_id: str, leaves) -> None:
     """network="cnn" needs an image-like observation entry ([H, W, C] per env)."""
-    from fusedrl.networks import is_image
-
     if not any(is_image(x.shape) for name, x in leaves if name != W.ACTION_MASK):
         shapes = ", ".join(f"{name} {tuple(x.shape)}" for name, x in leaves)
         raise ValueError(

@@ -32,9 +32,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl._json import dumps as strict_json
+from fusedrl.learners import make_train
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import CONFIGS, OnPolicyConfig, number_dtype
-from fusedrl.train.ppo import RunnerState, make_train
+from fusedrl.train.state import RunnerState
+from fusedrl.version import __version__
 
 FORMAT = "fusedrl-checkpoint-1"
 #: The algorithm of a checkpoint whose meta.json names none (those were all PPO runs).
@@ -112,7 +114,7 @@ def save(path: str | os.PathLike, config: OnPolicyConfig, state: RunnerState, hp
 
 def _write(path: Path, arrays, meta, metrics) -> None:
     """`save`'s writing: to a temporary directory beside `path`, then renamed into it."""
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # start-up time: orbax is slow to import, and only saving needs it
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     umask = os.umask(0)
@@ -142,9 +144,7 @@ def _write(path: Path, arrays, meta, metrics) -> None:
 
 
 def _version() -> str:
-    import fusedrl
-
-    return fusedrl.__version__
+    return __version__
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -241,7 +241,7 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
             f"{meta.get('fusedrl_version', 'an unknown version')}): fields missing from the checkpoint "
             f"{missing[:5]}, fields the code does not know {unexpected[:5]}."
         )
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # start-up time: orbax is slow to import, and only restoring needs it
 
     try:
         checkpointer = ocp.StandardCheckpointer()

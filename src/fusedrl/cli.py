@@ -29,9 +29,10 @@ from fusedrl._argtypes import (
     positive_int,
     seed_arg,
 )
+from fusedrl.compile_cache import use_compile_cache
 
-# JAX, the environments and the trainer are imported where a command needs them, so that
-# `fusedrl --help` and usage errors answer at once.
+# Start-up time: JAX, the environments and the trainer are imported inside the functions of the
+# commands that need them, so that `fusedrl --help` and usage errors answer at once.
 if TYPE_CHECKING:
     from fusedrl.train.config import PPOConfig
 
@@ -418,8 +419,6 @@ def cmd_train(args) -> int:
 
 def _checkpoint_update(run_dir: Path) -> int | None:
     """The update of an interrupted run's checkpoint, from its summary.json (None: none saved)."""
-    import json
-
     try:
         return json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("checkpoint_update")
     except (OSError, ValueError, AttributeError):
@@ -510,21 +509,6 @@ def cmd_envs(args) -> int:
         if not suites.is_installed(prefix):
             print(f"({prefix}: {suite.about}; not installed: {suite.install})")
     return 0
-
-
-def use_compile_cache(off: bool) -> Path | None:
-    """Turns the compile cache on unless `off` (--no-compile-cache) or FUSEDRL_COMPILE_CACHE=0 says
-    not to; a folder that cannot be created is a warning, not an error. Returns the folder, or None."""
-    from fusedrl.compile_cache import default_cache_dir, disabled_by_env, enable_compile_cache
-
-    if off or disabled_by_env():
-        return None
-    try:
-        return enable_compile_cache()
-    except OSError as e:
-        print(f"warning: compile cache off: cannot use {default_cache_dir()} ({e}); set XDG_CACHE_HOME "
-              f"to a writable folder, or pass --no-compile-cache", file=sys.stderr)
-        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,8 +17,9 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from fusedrl._argtypes import is_int
-from fusedrl.envs.host import is_host_env_id, jax_instead
+from fusedrl._numbers import is_int
+from fusedrl.envs.host import is_host_env_id
+from fusedrl.envs.registry import jax_instead
 from fusedrl.streams import check_devices
 from fusedrl.train import ALGORITHMS, A2CConfig, PPOConfig, ReinforceConfig, TrainResult, make_train
 

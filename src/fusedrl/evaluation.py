@@ -8,11 +8,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.envs.registry import on_register
 from fusedrl.train.config import OnPolicyConfig
-from fusedrl.train.ppo import Trainer, TrainResult, make_train
+from fusedrl.train.ppo import make_train
+from fusedrl.train.state import TrainResult
+from fusedrl.train.trainer import Trainer
+
+#: The bound on each episode of a run's evaluation (`evaluate(max_steps=...)`) in `fusedrl.runs`
+#: (`train_run`, `evaluate_run`) and in sweeps: an episode still running after it reports NaN
+#: (counted in summary.json's "eval_unfinished_episodes"), instead of the evaluation never returning
+#: (an env without a working time limit). Far above the time limits of our envs and gymnax's (at
+#: most a few thousand steps).
+EVAL_MAX_STEPS = 1_000_000
 
 
 def evaluate(

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fusedrl.files import write_atomic
+from fusedrl.metrics import EPISODE_METRICS, episode_values
 
 
 def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_return",
@@ -29,8 +30,6 @@ def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_re
     which is no episode's return, so those updates are left out.
     """
     from matplotlib.figure import Figure
-
-    from fusedrl.train.ppo import EPISODE_METRICS, episode_values
 
     y = episode_values(metrics, metric)
     x = np.asarray(metrics["env_steps"], np.float64)

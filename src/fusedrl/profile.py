@@ -45,10 +45,13 @@ import jax
 import jax.numpy as jnp
 
 from fusedrl._argtypes import UsageError, add_import_option, import_modules, positive_int
-from fusedrl.envs import Discrete
+from fusedrl.bridge import Probe, make_host_train
+from fusedrl.compile_cache import use_compile_cache
+from fusedrl.envs import Discrete, make, registered_ids
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.losses import Batch
+from fusedrl.train.ppo import make_train
 from fusedrl.train.presets import preset_fields
 
 MODES = ("fused", "bridge")
@@ -68,8 +71,6 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 def resolve(env_id: str, mode: str | None) -> tuple[str, str]:
     """(env id to profile, mode). "CartPole-v1" in bridge mode profiles "gymnasium:CartPole-v1";
     a "gymnasium:" id in fused mode profiles our JAX env of the same name, if there is one."""
-    from fusedrl.envs import registered_ids
-
     if mode is None:
         mode = "bridge" if is_host_env_id(env_id) else "fused"
     if mode not in MODES:
@@ -130,8 +131,6 @@ def _policy_scan(trainer, num_steps: int):
 
 
 def profile_fused(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
-    from fusedrl.train.ppo import make_train
-
     trainer = make_train(config)
     c = config
     hp = trainer.default_hparams()
@@ -181,8 +180,6 @@ def profile_fused(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
 
 
 def profile_bridge(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
-    from fusedrl.bridge import Probe, make_host_train
-
     trainer = make_host_train(config)
     c = config
     hp = trainer.default_hparams()
@@ -351,8 +348,6 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> int:
     """Parses `argv`, profiles, prints the table (then one JSON line with --json); returns 0 (2 on
     bad input)."""
-    from fusedrl.envs import make
-
     args = build_parser(prog).parse_args(argv)
     try:
         import_modules(args.imports)
@@ -365,8 +360,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
     except (ValueError, TypeError, UsageError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    from fusedrl.cli import use_compile_cache
-
     use_compile_cache(args.no_compile_cache)
     summary = profile_update(config, mode, args.repeats)
     print(format_table(summary))

@@ -41,18 +41,22 @@ import numpy as np
 from fusedrl import checkpoint as ckpt
 from fusedrl import streams as _streams
 from fusedrl._argtypes import MAX_KEY_SEED, UsageError, import_modules, module_name_error, seed_error
+from fusedrl.bridge import evaluate as evaluate_on_host
+from fusedrl.bridge import make_host_train
 from fusedrl.envs import make
-from fusedrl.envs.host import is_host_env_id, jax_instead
-from fusedrl.envs.registry import on_register
-from fusedrl.evaluation import evaluate
+from fusedrl.envs.host import is_host_env_id
+from fusedrl.envs.registry import jax_instead, on_register
+from fusedrl.evaluation import EVAL_MAX_STEPS, evaluate  # EVAL_MAX_STEPS re-exported
 from fusedrl.files import write_atomic, write_json
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
+from fusedrl.metrics import has_episode
+from fusedrl.networks import network_module, network_path_error
 from fusedrl.platform import choices_platform
+from fusedrl.plotting import plot_learning_curve
 from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
 from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams
 from fusedrl.train import PPOConfig, TrainResult, make_train
 from fusedrl.train.config import CONFIGS, strong_hparams
-from fusedrl.train.ppo import has_episode
 from fusedrl.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -61,12 +65,6 @@ CURVE_FILE = "learning_curve.png"
 CHECKPOINT_DIR = "checkpoint"
 SUMMARY_FILE = "summary.json"
 
-
-#: The bound on each episode of a run's evaluation (`evaluate(max_steps=...)`) in `train_run` and
-#: `evaluate_run`: an episode still running after it reports NaN (counted in summary.json's
-#: "eval_unfinished_episodes"), instead of the evaluation never returning (an env without a working
-#: time limit). Far above the time limits of our envs and gymnax's (at most a few thousand steps).
-EVAL_MAX_STEPS = 1_000_000
 
 
 class RunFolderExists(FileExistsError):
@@ -735,8 +733,6 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             final_train_return_per_seed=last_train,
         )
         if path is not None:
-            from fusedrl.plotting import plot_learning_curve
-
             title = f"{config.env_id}, {options.num_seeds} seed(s)"
             plot_learning_curve(result.metrics, path / CURVE_FILE, title=title)
         summary["status"] = "finished"
@@ -759,8 +755,6 @@ def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monito
     The host loop calls `monitor` itself every `every` updates (0: never). A Gymnasium env steps in
     Python, so neither vmap (several seeds) nor one compiled program (compile time apart) applies.
     """
-    from fusedrl.bridge import make_host_train
-
     train = make_host_train(config, **({"callback": monitor, "callback_every": every} if every else {}))
     with _stop_guard(monitor, every, config.num_updates):
         result = jax.block_until_ready(train(key))
@@ -813,7 +807,6 @@ def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_e
             returns = np.asarray(evaluate(config, result, key, num_episodes, greedy=greedy,
                                           max_steps=max_steps))
         return returns[None] if returns.ndim == 1 else returns
-    from fusedrl.bridge import evaluate as evaluate_on_host
 
     num_seeds = jax.tree.leaves(result.params)[0].shape[0]
     keys = jax.random.split(key, num_seeds)
@@ -855,7 +848,6 @@ def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
     # A run's own network ("module:function") is imported as its imports are (the current directory
     # on the path): `train_run` from Python does not record its module in `imports`.
     network = ppo.get("network") if isinstance(ppo, Mapping) else None
-    from fusedrl.networks import network_module, network_path_error
 
     own = []
     if isinstance(network, str) and network_path_error(network) is None:
