@@ -254,7 +254,7 @@ class PPOConfig(OnPolicyConfig):
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
     num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, network, normalize_obs,
     normalize_reward, normalize_adv, clip_value_loss, target_kl, env_params.
-    Traced (vmappable, see `TRACED_FIELDS`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
+    Traced (vmappable, see `traced_fields()`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
     defaults with `env_params` overrides applied.
 
@@ -615,7 +615,7 @@ class _FrozenDict(dict):
     """A dict that refuses mutation and can be hashed (configs are frozen); `owner` names the config
     class in the error."""
 
-    owner = "PPOConfig"
+    owner = "config"  # set to the config class's name by `_as_env_params`
 
     def __hash__(self):
         return hash(tuple(sorted(self.items())))
@@ -644,7 +644,8 @@ def _check_names(config_cls, d: Mapping[str, Any]) -> None:
                         f"{', '.join(valid)}.")
 
 
-#: The names of PPOConfig's traced fields, in declaration order (`PPOConfig.traced_fields()`).
+#: PPOConfig's traced fields, in declaration order: the name kept from when PPO was the one algorithm.
+#: Each config class has its own, `A2CConfig.traced_fields()` and so on.
 TRACED_FIELDS = traced_fields(PPOConfig)
 
 
@@ -675,7 +676,7 @@ def _as_int_tuple(x) -> tuple[int, ...]:
     return tuple(int(w) if isinstance(w, np.integer) else w for w in x)
 
 
-def _as_env_params(x, owner: str = "PPOConfig") -> _FrozenDict:
+def _as_env_params(x, owner: str) -> _FrozenDict:
     if not isinstance(x, Mapping):
         raise TypeError(
             f"env_params must be a mapping of the env's param names to numbers, e.g. "

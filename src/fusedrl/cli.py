@@ -34,7 +34,7 @@ from fusedrl.compile_cache import use_compile_cache
 # Start-up time: JAX, the environments and the trainer are imported inside the functions of the
 # commands that need them, so that `fusedrl --help` and usage errors answer at once.
 if TYPE_CHECKING:
-    from fusedrl.train.config import PPOConfig
+    from fusedrl.train.config import OnPolicyConfig
 
 # A user error: printed as `fusedrl COMMAND: error: ...` with exit status 2. One class for every
 # command, so the shared --set parser's errors are caught alike (also by `fusedrl.bench runs`).
@@ -55,9 +55,10 @@ examples:
   fusedrl train --env gymnax:Breakout-MinAtar --checkpoint-every 100 --out runs/bo
   fusedrl train --resume runs/bo          (continue it after Ctrl-C, from its latest checkpoint)
 
---set takes any PPOConfig field (values are parsed with the field's type: ints, floats,
-true/false, comma-separated hidden_sizes) and env params as env_params.NAME=VALUE (or NAME=VALUE),
-parsed as in `fusedrl sweep`. A "gymnasium:" env id trains one seed through the host bridge.
+--set takes any field of --algo's config (PPOConfig, A2CConfig or ReinforceConfig; values are
+parsed with the field's type: ints, floats, true/false, comma-separated hidden_sizes) and env
+params as env_params.NAME=VALUE (or NAME=VALUE), parsed as in `fusedrl sweep`. A "gymnasium:" env id
+trains one seed through the host bridge.
 The run folder gets config.json, metrics.csv, learning_curve.png, checkpoint/, summary.json."""
 
 
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--algo", choices=("ppo", "a2c", "reinforce"),
                    help="the algorithm (default ppo; with --config, the file's)")
     t.add_argument("--config", metavar="FILE", type=Path,
-                   help="a config.json of an earlier run (or a JSON/TOML file of PPOConfig fields)")
+                   help="a config.json of an earlier run (or a JSON/TOML file of config fields)")
     t.add_argument("--num-seeds", type=int, metavar="N",
                    help="seeds trained at once (default 1; on a lone CPU device split over its cores, "
                         "elsewhere one vmapped program on the default device)")
@@ -159,8 +160,8 @@ def cmd_sweep(args) -> int:
 
 
 # ----------------------------------------------------------------------------------- train
-def resolve(args) -> tuple[PPOConfig, Any]:
-    """The PPOConfig and RunOptions a `train` command asks for (no work done yet)."""
+def resolve(args) -> tuple[OnPolicyConfig, Any]:
+    """The config and RunOptions a `train` command asks for (no work done yet)."""
     from fusedrl.envs import make
     from fusedrl.envs.host import HostEnvError, is_host_env_id
     from fusedrl.runs import RunOptions, check_supported, read_config_file
@@ -258,8 +259,8 @@ RESUME_CONFLICTS = (("env", "--env"), ("algo", "--algo"), ("config", "--config")
                     ("checkpoint_every", "--checkpoint-every"))
 
 
-def resolve_resume(args) -> tuple[PPOConfig, Any]:
-    """The PPOConfig and RunOptions of the run folder `--resume` continues."""
+def resolve_resume(args) -> tuple[OnPolicyConfig, Any]:
+    """The config and RunOptions of the run folder `--resume` continues."""
     from fusedrl.envs import make
     from fusedrl.envs.host import is_host_env_id
     from fusedrl.runs import load_run_config
@@ -287,7 +288,7 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
 WANDB_RUNS_FILE = "wandb_runs.json"
 
 
-def wandb_logger(project: str, config: PPOConfig, options, path, *, resuming: bool):
+def wandb_logger(project: str, config: OnPolicyConfig, options, path, *, resuming: bool):
     """The run folder's W&B logger; resuming a run logged to the same project continues its W&B runs
     (their ids are in the folder's WANDB_RUNS_FILE) instead of starting new ones."""
     from fusedrl.loggers import WandbLogger
@@ -313,7 +314,7 @@ def wandb_logger(project: str, config: PPOConfig, options, path, *, resuming: bo
     return logger
 
 
-def rounding_note(config: PPOConfig) -> str:
+def rounding_note(config: OnPolicyConfig) -> str:
     """Why a run takes fewer env steps than total_timesteps: whole updates only."""
     left = config.total_timesteps - config.env_steps
     return (f"note: training {config.env_steps:,} of total_timesteps={config.total_timesteps:,} env steps "

@@ -55,8 +55,8 @@ from fusedrl.platform import choices_platform
 from fusedrl.plotting import plot_learning_curve
 from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
 from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams
-from fusedrl.train import PPOConfig, TrainResult, make_train
-from fusedrl.train.config import CONFIGS, strong_hparams
+from fusedrl.train import TrainResult, make_train
+from fusedrl.train.config import CONFIGS, OnPolicyConfig, strong_hparams
 from fusedrl.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -74,7 +74,7 @@ class RunFolderExists(FileExistsError):
 # ------------------------------------------------------------------------------- run options
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """How a config is run (not part of PPOConfig): seeds, evaluation, progress."""
+    """How a config is run (not part of the config): seeds, evaluation, progress."""
 
     num_seeds: int = 1
     seed: int = 0
@@ -107,7 +107,7 @@ class RunOptions:
         if pe is not None and (not isinstance(pe, int) or isinstance(pe, bool) or pe < 0):
             raise ValueError(f"progress_every must be an int >= 0 (0 turns progress off), got {pe!r}.")
 
-    def callback_every(self, config: PPOConfig) -> int:
+    def callback_every(self, config: OnPolicyConfig) -> int:
         """Updates between progress rows (to the loggers and the bar); 0 means no progress."""
         if self.progress_every is None:
             # About 50 rows per run: a smooth bar, and each row costs ~1 ms of host time.
@@ -115,7 +115,7 @@ class RunOptions:
         return self.progress_every
 
 
-def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
+def config_document(config: OnPolicyConfig, options: RunOptions) -> dict[str, Any]:
     """The content of config.json."""
     return {
         "fusedrl_version": __version__,
@@ -125,7 +125,7 @@ def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
     }
 
 
-def check_supported(config: PPOConfig, options: RunOptions) -> None:
+def check_supported(config: OnPolicyConfig, options: RunOptions) -> None:
     """Raises ValueError for a run that `train_run` cannot do, naming the option to change."""
     if is_host_env_id(config.env_id) and options.num_seeds != 1:
         raise ValueError(
@@ -231,7 +231,7 @@ def num_streams(num_seeds: int) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _program(config: PPOConfig, num_seeds: int, platform: str):
+def _program(config: OnPolicyConfig, num_seeds: int, platform: str):
     """(trainer, jitted train of `num_seeds` seeds `train_seeds(keys, hparams)`) for a static setup.
     `platform` (`choices_platform()`, which the trainer's choices are made for) keys the cache only.
 
@@ -246,7 +246,7 @@ def _program(config: PPOConfig, num_seeds: int, platform: str):
 
 
 @functools.lru_cache(maxsize=8)
-def _pieces_program(config: PPOConfig, num_seeds: int, platform: str):
+def _pieces_program(config: OnPolicyConfig, num_seeds: int, platform: str):
     """`_program` for a share run in pieces of updates (`fusedrl.streams`): (trainer, jitted
     `init(keys, hparams)`, jitted `advance(states, hparams, first_update, num_updates)`, the last
     static)."""
@@ -336,7 +336,7 @@ def _forget_programs(env_id: str) -> None:
     _COMPILED.clear()
 
 
-def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,
+def compiled_run(config: OnPolicyConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,
                  checkpoint_every: int = 0, start_update: int = 0):
     """(trainer, `run(keys [num_seeds], hparams, states=None, on_checkpoint=None) -> TrainResult`,
     seconds spent compiling now: 0.0 when reused).
@@ -453,7 +453,7 @@ def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams
 class Run:
     """What `train_run` returns."""
 
-    config: PPOConfig
+    config: OnPolicyConfig
     options: RunOptions
     result: TrainResult | None  # per-seed results, leaves [num_seeds, ...]
     summary: dict[str, Any]
@@ -461,7 +461,7 @@ class Run:
 
 
 def train_run(
-    config: PPOConfig,
+    config: OnPolicyConfig,
     out: str | os.PathLike | None = None,
     *,
     options: RunOptions | None = None,
@@ -475,7 +475,7 @@ def train_run(
     with `out`, writes the run folder.
 
     Args:
-      config: the PPOConfig (e.g. `fusedrl.preset("CartPole-v1")`).
+      config: the algorithm's config (e.g. `fusedrl.preset("CartPole-v1")`).
       out: the run folder, or None to keep everything in memory.
       options: seeds, evaluation episodes, progress interval, checkpoint interval; or pass them
         as keywords.
@@ -587,7 +587,7 @@ def resume_run(
                   resumed=_Resumed(state, hparams, metrics, start, streams))
 
 
-def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progress: bool,
+def _train(config: OnPolicyConfig, options: RunOptions, path: Path | None, *, progress: bool,
            loggers: Sequence[Any], progress_file, resumed: _Resumed | None = None) -> Run:
     """`train_run`'s work once the folder holds config.json: train (from `resumed` if given),
     save, evaluate, write the summary."""
@@ -749,7 +749,7 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
     return Run(config, options, result, summary, path)
 
 
-def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monitor) -> TrainResult:
+def _train_bridge(config: OnPolicyConfig, key: jax.Array, every: int, monitor: Monitor) -> TrainResult:
     """One seed through the host bridge (`fusedrl.bridge`), as a result with a seed axis of 1.
 
     The host loop calls `monitor` itself every `every` updates (0: never). A Gymnasium env steps in
@@ -795,7 +795,7 @@ def unfinished_episodes(returns: np.ndarray, diverged: Sequence[int]) -> int:
     return int(np.isnan(returns[keep]).sum())
 
 
-def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
+def evaluate_seeds(config: OnPolicyConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
                    progress_file=None, greedy: bool = True, max_steps: int | None = None) -> np.ndarray:
     """Greedy (or, with greedy=False, sampled) returns [num_seeds, num_episodes] of a result whose
     leaves have a seed axis; each seed gets its own key split from `key` (as `fusedrl.evaluate`
@@ -833,7 +833,7 @@ def _close(sinks) -> None:
 
 
 # ------------------------------------------------------------------------------ reading runs
-def load_run_config(run_dir: str | os.PathLike) -> tuple[PPOConfig, RunOptions]:
+def load_run_config(run_dir: str | os.PathLike) -> tuple[OnPolicyConfig, RunOptions]:
     """The config (of the run's algorithm) and RunOptions in a run folder's config.json, after
     importing the modules its
     `imports` lists (those that register the run's env: `fusedrl train --import` records them)."""
