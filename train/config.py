@@ -187,6 +187,11 @@ class OnPolicyConfig:
         """The algorithm's checks that need the env's params (`make_train` calls it before anything
         compiles); none by default."""
 
+    def check_time_limit(self, limit: int | None, keyword: str, note: str = "") -> None:
+        """The algorithm's rule on the env's time limit `limit` (None: none known), set by the env's
+        `keyword`; `note` ends the error's fix. Both learners call it: the fused trainer through
+        `check_env_params`, the host trainer with Gymnasium's limit. None by default."""
+
     # Derived values are computed, never stored.
     @property
     def batch_size(self) -> int:
@@ -591,13 +596,17 @@ class ReinforceConfig(OnPolicyConfig):
         limit = getattr(env_params, "max_steps_in_episode", None)
         if limit is None or isinstance(limit, jax.core.Tracer) or np.ndim(limit) != 0:
             return
-        limit = int(limit)
-        if self.num_steps < limit:
+        self.check_time_limit(int(limit), "max_steps_in_episode")
+
+    def check_time_limit(self, limit: int | None, keyword: str, note: str = "") -> None:
+        """REINFORCE learns only from episodes that end inside a rollout (nothing is bootstrapped):
+        a rollout shorter than the time limit is refused, with the env's `keyword` to lower it."""
+        if limit is not None and self.num_steps < limit:
             raise ValueError(
                 f"num_steps={self.num_steps} is shorter than {self.env_id}'s time limit "
-                f"(max_steps_in_episode={limit}): REINFORCE learns only from episodes that end inside a "
+                f"({keyword}={limit}): REINFORCE learns only from episodes that end inside a "
                 f"rollout, so most rollouts would have none. Set num_steps >= {limit}, or lower the time "
-                f"limit with env_params={{'max_steps_in_episode': {self.num_steps}}}."
+                f"limit with env_params={{'{keyword}': {self.num_steps}}}{note}."
             )
 
 

@@ -19,9 +19,10 @@ from fusedrl.train.a2c import A2C_ALGORITHM
 from fusedrl.train.advantages import gae_targets
 from fusedrl.train.config import A2CConfig, Hyperparams, OnPolicyConfig, PPOConfig, ReinforceConfig
 from fusedrl.train.losses import ppo_loss
+from fusedrl.train.optimizers import adam, learning_rate_at
 from fusedrl.train.reinforce import REINFORCE_ALGORITHM
 from fusedrl.train.state import RunnerState, TrainResult, Transition, typed_key  # re-exported
-from fusedrl.train.trainer import Algorithm, Trainer, adam, check_callback, linear_anneal
+from fusedrl.train.trainer import Algorithm, Trainer, check_callback
 
 
 def _ppo_loss(config: PPOConfig, apply_fn, hparams: Hyperparams, normalize_adv: bool, *, axis_name=None):
@@ -40,10 +41,7 @@ def _optimizer(config: PPOConfig, hparams: Hyperparams):
 
 
 def _learning_rate(config: PPOConfig, hparams: Hyperparams, update):
-    if not config.anneal_lr:
-        return hparams.lr
-    steps = _steps_per_update(config)
-    return linear_anneal(update * steps, hparams.lr, steps, config.num_updates)
+    return learning_rate_at(config, hparams, update, steps_per_update=_steps_per_update(config))
 
 
 #: PPO's parts over the shared skeleton.
@@ -54,6 +52,8 @@ PPO_ALGORITHM = Algorithm(
     learning_rate=_learning_rate,
     epochs=lambda c: c.update_epochs,
     minibatches=lambda c: c.num_minibatches,
+    normalize_adv=lambda c: c.normalize_adv,
+    target_kl=lambda c: c.target_kl,
 )
 
 #: The fused trainer's old name, from when PPO was its one algorithm (`Trainer` serves every one).

@@ -13,7 +13,6 @@ draws the data flow.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -31,6 +30,7 @@ from fusedrl.networks import RecurrentActorCritic, build_network, is_image
 from fusedrl.platform import choices_platform
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
+from fusedrl.train.optimizers import adam, linear_anneal  # re-exported
 from fusedrl.train.rollout import Transition, batched_values, rollout
 from fusedrl.train.state import RunnerState, TrainResult, typed_key  # typed_key re-exported
 from fusedrl.train.tuning import Tuning, resolve_tuning
@@ -51,6 +51,12 @@ class Algorithm(NamedTuple):
     learning_rate: `learning_rate(config, hparams, update) -> lr` in effect at the start of update
       `update` (0-based), as the optimiser applies it (reported in the metrics).
     epochs, minibatches: `epochs(config)`, `minibatches(config)`: the update's loop sizes.
+    normalize_adv: `normalize_adv(config) -> bool`: whether the trainer standardises advantages per
+      minibatch (default: never).
+    target_kl: `target_kl(config) -> float | None`: the early-stopping KL of the update's minibatch
+      steps (`fusedrl.train.update.minibatch_epochs`; default None: no early stop).
+    bootstraps: whether `targets` reads `v_next`; False (Monte-Carlo targets) passes None instead,
+      and the values of the next observations are not computed.
     """
 
     targets: Callable[[Transition, jax.Array, Hyperparams], tuple[jax.Array, jax.Array]]
@@ -59,6 +65,9 @@ class Algorithm(NamedTuple):
     learning_rate: Callable[[Any, Hyperparams, jax.Array], jax.Array]
     epochs: Callable[[Any], int]
     minibatches: Callable[[Any], int]
+    normalize_adv: Callable[[Any], bool] = lambda config: False
+    target_kl: Callable[[Any], float | None] = lambda config: None
+    bootstraps: bool = True
 
 
 class Trainer:
@@ -83,8 +92,8 @@ class Trainer:
         parameters and normaliser statistics stay identical on every shard. None: a plain agent.
       tuning: the speed choices (`fusedrl.train.tuning.Tuning`); default: `resolve_tuning` for the
         platform (`fusedrl.platform.choices_platform`) and this config's sizes.
-      normalize_adv: standardise advantages per minibatch; default: the config's (False for a
-        config without the field). `fusedrl.data_parallel_train` sets it for a shard whose own
+      normalize_adv: standardise advantages per minibatch; default: the algorithm's
+        (`Algorithm.normalize_adv` of the config). `fusedrl.data_parallel_train` sets it for a shard whose own
         minibatch is one transition, normalised with the statistics of all shards' minibatches.
     """
 
@@ -102,7 +111,7 @@ class Trainer:
         self.callback_every = int(callback_every)
         self.axis_name = axis_name
         if normalize_adv is None:
-            normalize_adv = getattr(config, "normalize_adv", False)
+            normalize_adv = algorithm.normalize_adv(config)
         self.normalize_adv = normalize_adv
         self.env, self.env_params = make(config.env_id, **config.env_params)
         act_space = self.env.action_space(self.env_params)
@@ -289,7 +298,8 @@ class Trainer:
 
     def advantages(self, params, traj: Transition, hparams: Hyperparams, policy_state=None):
         """The algorithm's (advantages, targets[, weights]), each [T, N], of a [T, N] rollout."""
-        return self.algorithm.targets(traj, self.next_values(params, traj, policy_state), hparams)
+        v_next = self.next_values(params, traj, policy_state) if self.algorithm.bootstraps else None
+        return self.algorithm.targets(traj, v_next, hparams)
 
     def sequence_apply(self, params, obs):
         """The recurrent network on a minibatch of whole sequences, `obs` = (observations [B, T, ...],
@@ -317,7 +327,7 @@ class Trainer:
         loss_fn = algo.loss(c, apply_fn, hparams, normalize_adv and across is None, **sharded)
         return minibatch_epochs(
             loss_fn, self.make_optimizer(hparams), params, opt_state, batch, key,
-            epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=getattr(c, "target_kl", None),
+            epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=algo.target_kl(c),
             normalize_adv_across=across, axis_name=self.axis_name,
         )
 
@@ -433,26 +443,6 @@ def check_callback(callback, callback_every) -> None:
         raise TypeError(f"callback must be a function of the metrics dict (or None), got {callback!r}.")
     if not is_int(callback_every) or callback_every < 1:
         raise ValueError(f"callback_every must be an int >= 1, got {callback_every!r}.")
-
-
-def linear_anneal(count, lr, steps_per_update, num_updates):
-    """PureJaxRL's schedule: lr * (1 - update / num_updates), constant within an update; clamped at
-    0, so a run resumed past its budget keeps lr at 0 instead of going negative."""
-    frac = jnp.maximum(1.0 - (count // steps_per_update) / num_updates, 0.0)
-    return lr * frac
-
-
-def adam(config, hparams: Hyperparams, *, steps_per_update: int) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) after a global-norm clip, with the config's learning rate, linearly annealed
-    per update with `anneal_lr`. `optax.flatten` runs both on one vector instead of a dozen small
-    parameter leaves (fewer, larger kernels)."""
-    if config.anneal_lr:
-        lr = partial(linear_anneal, lr=hparams.lr, steps_per_update=steps_per_update,
-                     num_updates=config.num_updates)
-    else:
-        lr = hparams.lr
-    return optax.flatten(optax.chain(optax.clip_by_global_norm(hparams.max_grad_norm),
-                                     optax.adam(learning_rate=lr, eps=1e-5)))
 
 
 def _check_hparams_shapes(hparams: Hyperparams, default: Hyperparams) -> None:

@@ -41,7 +41,7 @@ from flax import struct
 from fusedrl.envs.host import HostEnv, HostEnvError, is_host_env_id
 from fusedrl.envs.wrappers import NORM_CLIP, NORM_EPSILON, RunningMeanStd, scale_reward
 from fusedrl.evaluation import check_evaluate_args
-from fusedrl.train.config import Hyperparams, OnPolicyConfig, ReinforceConfig
+from fusedrl.train.config import Hyperparams, OnPolicyConfig
 from fusedrl.train.ppo import algorithm_of
 from fusedrl.train.state import RunnerState, TrainResult, Transition, typed_key
 from fusedrl.train.trainer import Trainer
@@ -456,20 +456,9 @@ def evaluate(
 
 
 def check_host_config(config: OnPolicyConfig, env: HostEnv) -> None:
-    """The config's rules that need the Gymnasium env (the bridge's `config.check_env_params`).
-
-    REINFORCE learns only from episodes that end inside a rollout (nothing is bootstrapped), so
-    a rollout shorter than the env's time limit is refused, as `ReinforceConfig` refuses it for a
-    JAX env, with the Gymnasium keyword to lower the limit."""
-    limit = env.max_episode_steps
-    if not isinstance(config, ReinforceConfig) or limit is None or config.num_steps >= limit:
-        return
-    raise ValueError(
-        f"num_steps={config.num_steps} is shorter than {config.env_id}'s time limit "
-        f"(max_episode_steps={limit}): REINFORCE learns only from episodes that end inside a rollout, "
-        f"so most rollouts would have none. Set num_steps >= {limit}, or lower the time limit with "
-        f"env_params={{'max_episode_steps': {config.num_steps}}} (gymnasium.make's keyword)."
-    )
+    """The config's rules that need the Gymnasium env (the bridge's `config.check_env_params`): its
+    rule on the time limit (`OnPolicyConfig.check_time_limit`: REINFORCE's), with Gymnasium's keyword."""
+    config.check_time_limit(env.max_episode_steps, "max_episode_steps", " (gymnasium.make's keyword)")
 
 
 def make_host_train(config: OnPolicyConfig, **kwargs) -> HostTrainer:
