@@ -618,3 +618,19 @@ def test_bridge_learns_cartpole():
     result = make_train(config)(jax.random.key(0))
     returns = np.asarray(evaluate(config, result, jax.random.key(1), num_episodes=16))
     assert returns.mean() >= LEARN_THRESHOLD, returns
+
+
+def test_unfinished_evaluation_episodes_score_nan_on_both_learners():
+    # An episode cut by max_steps has no return: NaN on the fused evaluator and on the host one (a
+    # host evaluation used to report the partial return, 3.0 here), so runs count both as unfinished.
+    # A CartPole episode lasts more than 3 steps, and ends well within 500.
+    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=16, hidden_sizes=(8,))
+    for env_id, evaluator in (("CartPole-v1", fusedrl.evaluate), (CARTPOLE, evaluate)):
+        c = config.replace(env_id=env_id)
+        train = make_train(c)
+        result = fusedrl.TrainResult(state=train.init(jax.random.key(0)), metrics={},
+                                     hparams=train.default_hparams())
+        cut = np.asarray(evaluator(c, result, jax.random.key(1), num_episodes=4, max_steps=3))
+        assert cut.shape == (4,) and np.isnan(cut).all(), (env_id, cut)
+        whole = np.asarray(evaluator(c, result, jax.random.key(1), num_episodes=4, max_steps=500))
+        assert np.isfinite(whole).all() and (whole > 3).all(), (env_id, whole)

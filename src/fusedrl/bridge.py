@@ -415,7 +415,8 @@ def evaluate(
     episode ends (or `max_steps` steps, default: the env's time limit or 100_000), observations
     normalised with the run's final statistics (frozen), raw returns, greedy (mode) actions unless
     `greedy=False`. A recurrent policy starts each env at an episode's start and carries its state
-    through that one episode.
+    through that one episode. An episode that has not ended after `max_steps` steps reports NaN, as
+    `fusedrl.evaluate` reports it (its partial return is no episode's return).
     """
     num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
     trainer = make_host_train(config)
@@ -452,7 +453,7 @@ def evaluate(
                 break
     finally:
         envs.close()
-    return jnp.asarray(returns, jnp.float32)
+    return jnp.asarray(np.where(finished, returns, np.nan), jnp.float32)
 
 
 def check_host_config(config: OnPolicyConfig, env: HostEnv) -> None:

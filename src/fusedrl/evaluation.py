@@ -43,8 +43,8 @@ def evaluate(
     The loop runs until every episode has ended, so it does not return if some episode never ends
     (an env without a working time limit, e.g. `max_steps_in_episode` never reached, and a policy
     that never reaches a terminal state). `max_steps` bounds it: after that many steps, episodes
-    that have not ended report NaN (the host bridge's `fusedrl.bridge.evaluate` reports their
-    partial returns instead).
+    that have not ended report NaN, as on the host bridge (`fusedrl.bridge.evaluate`): a partial
+    return is no episode's return, and `fusedrl.runs` counts the NaNs as unfinished episodes.
 
     A policy whose parameters are not all finite (a run that diverged) is not run: its returns are
     NaN, not the returns of whatever its NaN outputs happen to pick.
