@@ -103,10 +103,9 @@ def save(path: str | os.PathLike, config: OnPolicyConfig, state: RunnerState, hp
         "metrics": None if metrics is None else sorted(metrics),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    # A Ctrl-C inside orbax's save abandons it: its threads then log tracebacks at exit ("cannot
-    # schedule new futures after shutdown"), and Python's exit can wait forever on orbax threads that
-    # wait for a signal from the abandoned save (8 of 17 interrupted saves had not exited 30-60 s
-    # later, 1 aborted).
+    # Ctrl-C is held until the save ends: a Ctrl-C inside orbax's save abandons it, its threads then
+    # log tracebacks at exit ("cannot schedule new futures after shutdown"), and Python's exit can
+    # wait forever on orbax threads that wait for a signal from the abandoned save.
     with hold_interrupt("saving the checkpoint"):
         _write(path, arrays, meta, metrics)
     return path

@@ -123,8 +123,8 @@ def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int
 @functools.lru_cache(maxsize=16)
 def _evaluator(config: OnPolicyConfig, num_episodes: int, greedy: bool):
     """`evaluate`'s program: (result, key, max_steps) -> returns. `max_steps` (an int32; < 0: no
-    bound) is traced: one program serves every bound. `greedy` stays a constant: a program that can
-    do both compiles the sampling too, 0.2-0.3 s more on this project's CPU for every greedy one."""
+    bound) is traced: one program serves every bound. `greedy` stays a constant: a program that could
+    do both would compile the sampling into every greedy evaluation too."""
     trainer = make_train(config)
 
     def run(result, key, max_steps):

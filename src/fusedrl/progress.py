@@ -216,10 +216,9 @@ def hold_interrupt(what: str, file=None) -> Iterator[None]:
 @contextlib.contextmanager
 def _hold_interrupt(what: str, file=None) -> Iterator[None]:
     """Holds Ctrl-C (SIGINT) until the block ends, then acts on it there (raises KeyboardInterrupt,
-    or calls the handler that was in place before). For compiling: with jax 0.10.2, a Ctrl-C that
-    lands inside XLA's compile abandons it, and the interpreter then crashes as it exits (a segfault,
-    or "pure virtual method called" and an abort, instead of exit status 130; measured with a bare
-    `jax.jit(f).lower(x).compile()`, not with jax 0.11.2). Outside the main thread, or while
+    or calls the handler that was in place before). For compiling: a Ctrl-C that lands inside XLA's
+    compile abandons it, and the interpreter can then crash as it exits (a segfault, or "pure virtual
+    method called" and an abort, instead of exit status 130). Outside the main thread, or while
     SIGINT is ignored, it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
