@@ -621,9 +621,9 @@ def test_bridge_learns_cartpole():
 
 
 def test_unfinished_evaluation_episodes_score_nan_on_both_learners():
-    # An episode cut by max_steps has no return: NaN on the fused evaluator and on the host one (a
-    # host evaluation used to report the partial return, 3.0 here), so runs count both as unfinished.
-    # A CartPole episode lasts more than 3 steps, and ends well within 500.
+    # An episode cut by max_steps has no return: NaN on the fused evaluator and on the host one, not
+    # its partial return (3.0 here), so runs count both as unfinished. A CartPole episode lasts more
+    # than 3 steps, and ends well within 500.
     config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=16, hidden_sizes=(8,))
     for env_id, evaluator in (("CartPole-v1", fusedrl.evaluate), (CARTPOLE, evaluate)):
         c = config.replace(env_id=env_id)
