@@ -41,7 +41,7 @@ from jumanji import specs
 from jumanji.types import StepType
 
 from fusedrl.envs._gymnax import environment, spaces
-from fusedrl.envs.base import Environment
+from fusedrl.envs.base import Environment, MultiDiscrete
 
 #: Envs that load their levels from the Hugging Face Hub on construction (no offline build).
 _DOWNLOAD = {"Sokoban-v0": "it downloads DeepMind's Boxoban levels from the Hugging Face Hub when built"}
@@ -264,7 +264,6 @@ class JumanjiEnv(Environment):
             return spaces.Discrete(int(self.suite.action_spec.num_values))
         if self._kind == "joint":
             return spaces.Discrete(math.prod(self._nvec))
-        from fusedrl.envs import MultiDiscrete  # the factorised space (added to fusedrl.envs separately)
 
         return MultiDiscrete(np.asarray(self._nvec))
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from fusedrl.envs._gymnax import spaces
 from fusedrl.envs.base import MultiDiscrete
+from fusedrl.envs.registry import make
 from fusedrl.envs.vector import VecEnv
 
 
@@ -90,8 +91,6 @@ def check_env(env_or_id, params=None, *, num_envs: int = 4, max_steps: int = 6, 
     Returns:
       {"episodes_ended", "terminations", "truncations"} over the rollout.
     """
-    from fusedrl.envs.registry import make
-
     if isinstance(env_or_id, str):
         env, params = make(env_or_id)
     else:

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from fusedrl.envs.base import Box, Discrete
-from fusedrl.envs.registry import GYMNASIUM_PREFIX
 
 SUPPORTED_SPACES = "observations: Box (one or more axes) or Discrete; actions: Discrete or 1-D Box"
 
+
+#: The env id prefix of Gymnasium envs stepped on the host ("gymnasium:CartPole-v1").
+GYMNASIUM_PREFIX = "gymnasium:"
 
 class HostEnvError(RuntimeError):
     """A host (Gymnasium) environment failed: raised with the env id, chained to the cause."""
@@ -34,25 +36,6 @@ class HostEnvError(RuntimeError):
 def is_host_env_id(env_id: Any) -> bool:
     """True for ids the host bridge handles ("gymnasium:<id>")."""
     return isinstance(env_id, str) and env_id.startswith(GYMNASIUM_PREFIX)
-
-
-def jax_twin(env_id: str) -> str | None:
-    """The JAX env fusedrl registers under the Gymnasium id of "gymnasium:<id>" (e.g. "CartPole-v1"
-    for "gymnasium:CartPole-v1"), or None: what to suggest when a host env cannot do what JAX
-    envs can (many seeds in one program, sweeps)."""
-    from fusedrl.envs.registry import registered_ids
-
-    if not is_host_env_id(env_id):
-        return None
-    name = env_id.split(":", 1)[1]
-    return name if name in registered_ids(include_gymnax=False) else None
-
-
-def jax_instead(env_id: str) -> str:
-    """What a refusal of host env `env_id` suggests using instead, as a phrase: its `jax_twin`
-    ("fusedrl's JAX version, 'CartPole-v1',") when fusedrl has one, else any JAX env id."""
-    twin = jax_twin(env_id)
-    return f"fusedrl's JAX version, {twin!r}," if twin else "a JAX env id (see `fusedrl envs`)"
 
 
 def _import_gymnasium():

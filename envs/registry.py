@@ -12,9 +12,10 @@ import numpy as np
 
 from fusedrl._warnings import warn_user
 from fusedrl.envs import suites
+from fusedrl.envs._gymnax import environment
+from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id, make_host_env
 
 GYMNAX_PREFIX = "gymnax:"
-GYMNASIUM_PREFIX = "gymnasium:"  # the host bridge's (envs/host.py)
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
@@ -81,7 +82,6 @@ def check_env_interface(env_id: str, env: Any) -> None:
         )
     # gymnax's base class defines these only to raise a bare NotImplementedError (reset_env/step_env
     # while tracing); say which ones the env did not implement (e.g. a `step` override in its place).
-    from fusedrl.envs._gymnax import environment
 
     base = environment.Environment
     for names, use in (
@@ -105,8 +105,6 @@ def _warn_inherited_time_limit(env_id: str, env: Any, params: Any) -> None:
     """Warns when a registered env's params inherit gymnax's `EnvParams.max_steps_in_episode = 1`
     and its truncation rule is gymnax's default: every episode would then be cut after one step,
     silently (training runs, `episode_length` is 1)."""
-    from fusedrl.envs._gymnax import environment
-
     if getattr(type(env), "is_truncated", None) is not environment.Environment.is_truncated:
         return
     if not hasattr(params, "max_steps_in_episode"):  # it would fail at the first step, inside gymnax
@@ -135,7 +133,7 @@ def registered_ids(include_gymnax: bool = True, include_suites: bool = False) ->
     of every installed env suite ("brax:ant", ...; `fusedrl.envs.suites`)."""
     ids = list(_REGISTRY)
     if include_gymnax:
-        import gymnax
+        import gymnax  # start-up time: gymnax's env families take seconds to import
 
         ids += [GYMNAX_PREFIX + i for i in gymnax.registered_envs]
     if include_suites:
@@ -272,7 +270,7 @@ def check_env_id(env_id: str) -> None:
     if env_id in _REGISTRY or env_id.startswith(GYMNASIUM_PREFIX):
         return
     if env_id.startswith(GYMNAX_PREFIX):
-        import gymnax
+        import gymnax  # start-up time: gymnax's env families take seconds to import
 
         if env_id[len(GYMNAX_PREFIX):] not in gymnax.registered_envs:
             raise _unknown(env_id, registered_ids())
@@ -328,12 +326,10 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}.")
     # --- host bridge: "gymnasium:<id>" is a Gymnasium env stepped on the host (envs/host.py).
     if env_id.startswith(GYMNASIUM_PREFIX):
-        from fusedrl.envs.host import make_host_env  # lazy: gymnasium is optional
-
         return make_host_env(env_id, **overrides)
     # --- end host bridge
     if env_id.startswith(GYMNAX_PREFIX):
-        import gymnax
+        import gymnax  # start-up time: gymnax's env families take seconds to import
 
         name = env_id[len(GYMNAX_PREFIX) :]
         if name not in gymnax.registered_envs:
@@ -380,3 +376,20 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
     if not env_id.startswith(GYMNAX_PREFIX):
         _warn_inherited_time_limit(env_id, env, params)  # an override may set the time limit
     return env, params
+
+
+def jax_twin(env_id: str) -> str | None:
+    """The JAX env fusedrl registers under the Gymnasium id of "gymnasium:<id>" (e.g. "CartPole-v1"
+    for "gymnasium:CartPole-v1"), or None: what to suggest when a host env cannot do what JAX
+    envs can (many seeds in one program, sweeps)."""
+    if not is_host_env_id(env_id):
+        return None
+    name = env_id.split(":", 1)[1]
+    return name if name in registered_ids(include_gymnax=False) else None
+
+
+def jax_instead(env_id: str) -> str:
+    """What a refusal of host env `env_id` suggests using instead, as a phrase: its `jax_twin`
+    ("fusedrl's JAX version, 'CartPole-v1',") when fusedrl has one, else any JAX env id."""
+    twin = jax_twin(env_id)
+    return f"fusedrl's JAX version, {twin!r}," if twin else "a JAX env id (see `fusedrl envs`)"

@@ -68,7 +68,7 @@ def suite_code():
     suites broadcast across ranks (MJX [3, 3] against [3], navix [1, 2] positions against [2],
     XLand-MiniGrid's LockedRoom [2] against [1, 2]) even where the user's jax config raises on it
     (fusedrl's tests do)."""
-    import jax
+    import jax  # start-up time: `fusedrl envs --suites` lists the suites without loading JAX
 
     return jax.numpy_rank_promotion("allow")
 

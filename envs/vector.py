@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl._warnings import warn_user
+from fusedrl.envs._gymnax import environment
 from fusedrl.envs.base import (
     Environment,
     check_action,
@@ -133,13 +134,12 @@ def _close(got, want) -> jax.Array:
 
 
 #: `VecEnv.rollout_draws` predraws resets unless one `reset_env` accesses more than this many times the
-#: memory one `step_env` does (XLA's cost analysis, "bytes accessed", one env each). Reset/step
-#: ratios on CPU: CartPole 5.1, Pendulum 3.1, MountainCar 3.0, gymnax FourRooms 1.4, Catch 0.9,
-#: Breakout-MinAtar 0.7, Acrobot 0.6, SpaceInvaders-MinAtar 0.13; Craftax-Symbolic 15,
-#: Craftax-Classic-Symbolic 18 (whose resets generate a world). XLA's flop counts do not separate
-#: them (Craftax-Classic's step counts more flops than its reset). A reset that accesses at most
-#: `CHEAP_RESET_BYTES` counts as cheap whatever the step: drawing a few random numbers (CartPole's
-#: reset, 2.9 kB; MinAtar's, up to 9 kB) costs little even against a step that does nothing.
+#: memory one `step_env` does (XLA's cost analysis, "bytes accessed", one env each). A reset that
+#: draws a start state accesses at most a few times a step's memory (the classic-control envs, gymnax's
+#: and MinAtar's: 0.1 to 5); one that generates a world (Craftax's) over ten times: predrawing those
+#: would cost a world per step. XLA's flop counts do not separate the two kinds, bytes accessed do.
+#: A reset that accesses at most `CHEAP_RESET_BYTES` counts as cheap whatever the step: drawing a few
+#: random numbers (CartPole's, MinAtar's resets) costs little even against a step that does nothing.
 EXPENSIVE_RESET_RATIO = 8.0
 CHEAP_RESET_BYTES = 16 * 2**10
 
@@ -427,8 +427,6 @@ def _two(env, out):
 def _check_time_field(env, method: str, state) -> None:
     """The default `is_truncated` reads `state.time`: a state without it failed inside gymnax with
     an AttributeError naming neither the method nor the fix."""
-    from fusedrl.envs._gymnax import environment
-
     if getattr(type(env), "is_truncated", None) is environment.Environment.is_truncated and not hasattr(
             state, "time"):
         raise TypeError(

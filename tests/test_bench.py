@@ -1137,7 +1137,7 @@ def test_hostloop_bridge_books_its_first_update_as_compile(monkeypatch):
 
     import numpy as np
 
-    import fusedrl.train
+    import fusedrl.learners
     from fusedrl.bench import hostloop
 
     clock = [0.0]
@@ -1151,7 +1151,7 @@ def test_hostloop_bridge_books_its_first_update_as_compile(monkeypatch):
 
         return train
 
-    monkeypatch.setattr(fusedrl.train, "make_train", make_train)
+    monkeypatch.setattr(fusedrl.learners, "make_train", make_train)
     monkeypatch.setattr(hostloop, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     row = hostloop.run_bridge(256 * 12)  # 12 updates of 8 envs x 32 steps
     assert (row["compile_s"], row["train_s"]) == (10.0, 11.0)

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import fusedrl
+from fusedrl import make_train
 from fusedrl.bridge import HostPPO, evaluate
 from fusedrl.envs import Box, Discrete
 from fusedrl.envs.host import HostEnv, HostEnvError
-from fusedrl.train import METRIC_NAMES, PPOConfig, make_train
+from fusedrl.train import METRIC_NAMES, PPOConfig
 
 CARTPOLE = "gymnasium:CartPole-v1"
 TINY = dict(env_id=CARTPOLE, num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3, update_epochs=1,
@@ -465,7 +466,7 @@ def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):
 
 def test_refusals_name_the_jax_twin_only_where_fusedrl_has_one():
     from fusedrl import runs, sweep
-    from fusedrl.envs.host import jax_twin
+    from fusedrl.envs.registry import jax_twin
 
     assert jax_twin(CARTPOLE) == "CartPole-v1" and jax_twin("gymnasium:Pendulum-v1") == "Pendulum-v1"
     assert jax_twin("gymnasium:FrozenLake-v1") is None  # a Gymnasium env fusedrl has no JAX copy of
@@ -619,3 +620,19 @@ def test_bridge_learns_cartpole():
     result = make_train(config)(jax.random.key(0))
     returns = np.asarray(evaluate(config, result, jax.random.key(1), num_episodes=16))
     assert returns.mean() >= LEARN_THRESHOLD, returns
+
+
+def test_unfinished_evaluation_episodes_score_nan_on_both_learners():
+    # An episode cut by max_steps has no return: NaN on the fused evaluator and on the host one, not
+    # its partial return (3.0 here), so runs count both as unfinished. A CartPole episode lasts more
+    # than 3 steps, and ends well within 500.
+    config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=16, hidden_sizes=(8,))
+    for env_id, evaluator in (("CartPole-v1", fusedrl.evaluate), (CARTPOLE, evaluate)):
+        c = config.replace(env_id=env_id)
+        train = make_train(c)
+        result = fusedrl.TrainResult(state=train.init(jax.random.key(0)), metrics={},
+                                     hparams=train.default_hparams())
+        cut = np.asarray(evaluator(c, result, jax.random.key(1), num_episodes=4, max_steps=3))
+        assert cut.shape == (4,) and np.isnan(cut).all(), (env_id, cut)
+        whole = np.asarray(evaluator(c, result, jax.random.key(1), num_episodes=4, max_steps=500))
+        assert np.isfinite(whole).all() and (whole > 3).all(), (env_id, whole)

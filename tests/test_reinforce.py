@@ -299,3 +299,21 @@ def test_reinforce_learns_cartpole():
     out = jax.jit(jax.vmap(make_train(config)))(jax.random.split(jax.random.key(0), 4))
     returns = np.asarray(fusedrl.evaluate(config, out, jax.random.key(1), num_episodes=32)).mean(-1)
     assert returns.mean() >= 300, returns  # measured 478 (per seed 459, 481, 500, 471)
+
+
+@pytest.mark.parametrize("algo", ["reinforce", "ppo"])
+def test_only_bootstrapping_algorithms_compute_next_values(algo, monkeypatch):
+    # REINFORCE's Monte-Carlo targets read no V(next obs) (`Algorithm.bootstraps` False), so the
+    # trainer does not compute it; PPO's GAE does. Traced abstractly (jax.eval_shape): nothing compiles.
+    config = (ReinforceConfig(**SMALL) if algo == "reinforce"
+              else fusedrl.PPOConfig(**SMALL, num_minibatches=1, update_epochs=1))
+    train = make_train(config)
+    calls = []
+
+    def next_values(*args, **kwargs):
+        calls.append(1)
+        return jnp.zeros((config.num_steps, config.num_envs))
+
+    monkeypatch.setattr(train, "next_values", next_values)
+    jax.eval_shape(train, jax.random.key(0))
+    assert bool(calls) == (algo == "ppo")

@@ -301,6 +301,7 @@ def test_tables_carry_the_final_evaluation():
 
 def test_sweep_ends_with_a_greedy_evaluation_of_every_run():
     import fusedrl
+    from fusedrl.evaluation import EVAL_MAX_STEPS
 
     config = PPOConfig(**SMALL)
     with pytest.raises(ValueError, match="eval_episodes must be an int >= 1"):
@@ -310,7 +311,7 @@ def test_sweep_ends_with_a_greedy_evaluation_of_every_run():
     # CartPole's return is the episode's length: a whole number of at least 1.
     assert np.all(r.eval_returns >= 1) and np.all(r.eval_returns == np.round(r.eval_returns))
     eval_key = jax.random.fold_in(jax.random.key(0), sweep_program._EVAL_SALT)
-    want = fusedrl.evaluate(config, r.result, eval_key, 3, max_steps=fusedrl.runs.EVAL_MAX_STEPS)
+    want = fusedrl.evaluate(config, r.result, eval_key, 3, max_steps=EVAL_MAX_STEPS)
     np.testing.assert_array_equal(r.eval_returns, want)
     assert [row["eval_return"] for row in r.to_table()] == pytest.approx(want.mean(-1).reshape(-1))
     light = sweep(config, 2, lr=LRS[:2], eval_episodes=3, streams=1, keep_state=False)

@@ -1,6 +1,7 @@
 """fusedrl.train: rollout, advantage estimation, losses and the fused on-policy learners (PPO, A2C,
 REINFORCE) on one skeleton."""
 
+from fusedrl.metrics import METRIC_NAMES
 from fusedrl.train.a2c import A2C_ALGORITHM
 from fusedrl.train.advantages import gae
 from fusedrl.train.config import (
@@ -13,20 +14,11 @@ from fusedrl.train.config import (
     ReinforceConfig,
 )
 from fusedrl.train.losses import Batch, LossStats, explained_variance, policy_gradient_loss, ppo_loss
-from fusedrl.train.ppo import (
-    ALGORITHMS,
-    METRIC_NAMES,
-    PPO,
-    PPO_ALGORITHM,
-    RunnerState,
-    Trainer,
-    TrainResult,
-    Transition,
-    make_train,
-)
+from fusedrl.train.ppo import ALGORITHMS, PPO, PPO_ALGORITHM, make_train
 from fusedrl.train.presets import PRESETS, has_preset, preset
 from fusedrl.train.reinforce import REINFORCE_ALGORITHM
-from fusedrl.train.trainer import Algorithm, EnvFaultError
+from fusedrl.train.state import RunnerState, TrainResult, Transition
+from fusedrl.train.trainer import Algorithm, EnvFaultError, Trainer
 from fusedrl.train.tuning import Tuning, resolve_tuning
 
 __all__ = [

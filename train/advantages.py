@@ -108,7 +108,7 @@ def gae_targets(traj, v_next: jax.Array, hparams):
     return adv, adv + traj.value
 
 
-def monte_carlo_targets(traj, v_next: jax.Array, hparams):
+def monte_carlo_targets(traj, v_next: jax.Array | None, hparams):
     """REINFORCE's targets (`Algorithm.targets`) over the [T, N] rollout `traj`: (advantage, value
     target, weight), each [T, N].
 
@@ -116,7 +116,7 @@ def monte_carlo_targets(traj, v_next: jax.Array, hparams):
     the baseline's (REINFORCE without a baseline uses advantage + V(obs) = G). The weight is 1 where
     G is an exact return (the step's episode ends within the rollout) and 0 elsewhere, where the
     advantage is 0 and the target V(obs): nothing is bootstrapped. `v_next` is unused (Monte-Carlo
-    returns need no next value).
+    returns need no next value: REINFORCE's `Algorithm` says so, and the trainer passes None).
     """
     del v_next
     per_env = jax.vmap(returns_to_go, in_axes=(1, 1, None), out_axes=1)

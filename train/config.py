@@ -18,8 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl._suggest import close_names
+from fusedrl.envs import make
+from fusedrl.networks import ACTIVATIONS, BUILTIN_NETWORKS, RECURRENT_CELLS, network_path_error
 
 
 def traced(default: float):
@@ -185,6 +187,11 @@ class OnPolicyConfig:
         """The algorithm's checks that need the env's params (`make_train` calls it before anything
         compiles); none by default."""
 
+    def check_time_limit(self, limit: int | None, keyword: str, note: str = "") -> None:
+        """The algorithm's rule on the env's time limit `limit` (None: none known), set by the env's
+        `keyword`; `note` ends the error's fix. Both learners call it: the fused trainer through
+        `check_env_params`, the host trainer with Gymnasium's limit. None by default."""
+
     # Derived values are computed, never stored.
     @property
     def batch_size(self) -> int:
@@ -234,8 +241,6 @@ class OnPolicyConfig:
           env_params: the env's params; default: `fusedrl.make(env_id, **self.env_params)[1]`.
         """
         if env_params is None:
-            from fusedrl.envs import make
-
             env_params = make(self.env_id, **self.env_params)[1]
         values = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in self.traced_fields()}
         return Hyperparams(type(self), values, env_params)
@@ -254,7 +259,7 @@ class PPOConfig(OnPolicyConfig):
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
     num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, network, normalize_obs,
     normalize_reward, normalize_adv, clip_value_loss, target_kl, env_params.
-    Traced (vmappable, see `TRACED_FIELDS`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
+    Traced (vmappable, see `traced_fields()`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
     defaults with `env_params` overrides applied.
 
@@ -603,13 +608,17 @@ class ReinforceConfig(OnPolicyConfig):
         limit = getattr(env_params, "max_steps_in_episode", None)
         if limit is None or isinstance(limit, jax.core.Tracer) or np.ndim(limit) != 0:
             return
-        limit = int(limit)
-        if self.num_steps < limit:
+        self.check_time_limit(int(limit), "max_steps_in_episode")
+
+    def check_time_limit(self, limit: int | None, keyword: str, note: str = "") -> None:
+        """REINFORCE learns only from episodes that end inside a rollout (nothing is bootstrapped):
+        a rollout shorter than the time limit is refused, with the env's `keyword` to lower it."""
+        if limit is not None and self.num_steps < limit:
             raise ValueError(
                 f"num_steps={self.num_steps} is shorter than {self.env_id}'s time limit "
-                f"(max_steps_in_episode={limit}): REINFORCE learns only from episodes that end inside a "
+                f"({keyword}={limit}): REINFORCE learns only from episodes that end inside a "
                 f"rollout, so most rollouts would have none. Set num_steps >= {limit}, or lower the time "
-                f"limit with env_params={{'max_steps_in_episode': {self.num_steps}}}."
+                f"limit with env_params={{'{keyword}': {self.num_steps}}}{note}."
             )
 
 
@@ -627,7 +636,7 @@ class _FrozenDict(dict):
     """A dict that refuses mutation and can be hashed (configs are frozen); `owner` names the config
     class in the error."""
 
-    owner = "PPOConfig"
+    owner = "config"  # set to the config class's name by `_as_env_params`
 
     def __hash__(self):
         return hash(tuple(sorted(self.items())))
@@ -656,7 +665,8 @@ def _check_names(config_cls, d: Mapping[str, Any]) -> None:
                         f"{', '.join(valid)}.")
 
 
-#: The names of PPOConfig's traced fields, in declaration order (`PPOConfig.traced_fields()`).
+#: PPOConfig's traced fields, in declaration order: the name kept from when PPO was the one algorithm.
+#: Each config class has its own, `A2CConfig.traced_fields()` and so on.
 TRACED_FIELDS = traced_fields(PPOConfig)
 
 
@@ -687,7 +697,7 @@ def _as_int_tuple(x) -> tuple[int, ...]:
     return tuple(int(w) if isinstance(w, np.integer) else w for w in x)
 
 
-def _as_env_params(x, owner: str = "PPOConfig") -> _FrozenDict:
+def _as_env_params(x, owner: str) -> _FrozenDict:
     if not isinstance(x, Mapping):
         raise TypeError(
             f"env_params must be a mapping of the env's param names to numbers, e.g. "
@@ -789,13 +799,10 @@ def _validate(c: OnPolicyConfig) -> None:
             raise TypeError(f"{name} must be True or False, got {v!r}.")
     if not c.hidden_sizes or not all(is_int(w) and w > 0 for w in c.hidden_sizes):
         raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints, got {c.hidden_sizes}.")
-    from fusedrl.networks import ACTIVATIONS
 
     if not isinstance(c.activation, str) or c.activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {c.activation!r}.")
     if c.network is not None:
-        from fusedrl.networks import network_path_error
-
         if error := network_path_error(c.network):
             raise ValueError(f"network {error}")
     _validate_compute_dtype(c)
@@ -807,7 +814,6 @@ def _validate_compute_dtype(c) -> None:
     if c.compute_dtype not in ("float32", "bfloat16"):
         raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16' (mixed precision), got "
                          f"{c.compute_dtype!r}.")
-    from fusedrl.networks import BUILTIN_NETWORKS
 
     custom = c.network is not None and c.network not in BUILTIN_NETWORKS  # "cnn" is built in
     if c.compute_dtype != "float32" and custom:
@@ -817,15 +823,12 @@ def _validate_compute_dtype(c) -> None:
 
 
 def _validate_recurrent(c) -> None:
-    from fusedrl.networks import RECURRENT_CELLS
-
     if c.recurrent is not None and c.recurrent not in RECURRENT_CELLS:
         raise ValueError(f"recurrent must be None (a feed-forward network) or one of "
                          f"{list(RECURRENT_CELLS)}, got {c.recurrent!r}.")
     if not is_int(c.recurrent_size) or c.recurrent_size <= 0:
         raise ValueError(f"recurrent_size must be a positive int (the cell's width, e.g. 128), got "
                          f"{c.recurrent_size!r}.")
-    from fusedrl.networks import BUILTIN_NETWORKS
 
     custom = c.network is not None and c.network not in BUILTIN_NETWORKS
     if c.recurrent is None:

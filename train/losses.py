@@ -57,7 +57,7 @@ def ppo_loss(
     ratio = jnp.exp(log_ratio)
     adv = batch.advantage
     if normalize_adv:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        adv = standardize(adv)
     pg_loss = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv).mean()
     v_err = jnp.square(value - batch.target)
     if clip_value_loss:
@@ -94,12 +94,18 @@ def weighted_mean(x: jax.Array, weight: jax.Array | None, axis_name: str | None 
     return jnp.sum(weight * x) / jnp.maximum(total, 1e-8)
 
 
-def standardize(adv: jax.Array, weight: jax.Array | None, axis_name: str | None = None) -> jax.Array:
-    """(adv - mean) / (std + 1e-8), with the population mean and std weighted by `weight` (None: the
-    plain ones, as PPO's normalize_adv); with `axis_name` and weights, those of all shards' batches
-    together (see `weighted_mean`)."""
+def standardize(adv: jax.Array, weight: jax.Array | None = None, axis_name: str | None = None) -> jax.Array:
+    """(adv - mean) / (std + 1e-8): the one advantage standardisation (PPO's and A2C's normalize_adv,
+    REINFORCE's normalize_returns), with the population mean and std weighted by `weight` (None: the
+    plain ones). With `axis_name` (data parallelism) the statistics are those of all shards' batches
+    together: plain ones as the mean over the shards of theirs (equal-size shards), weighted ones as
+    `weighted_mean` takes them."""
     if weight is None:
-        return (adv - adv.mean()) / (adv.std() + 1e-8)
+        if axis_name is None:
+            return (adv - adv.mean()) / (adv.std() + 1e-8)
+        mean = jax.lax.pmean(adv.mean(), axis_name)
+        var = jax.lax.pmean(jnp.mean((adv - mean) ** 2), axis_name)
+        return (adv - mean) / (jnp.sqrt(var) + 1e-8)
 
     def mean_of(x):
         m = weighted_mean(x, weight, axis_name)

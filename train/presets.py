@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusedrl.envs.registry import check_env_id
 from fusedrl.train.config import OnPolicyConfig, config_class
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -215,8 +216,6 @@ def preset(env_id: str, *, algo: str = "ppo", **overrides) -> OnPolicyConfig:
     `fusedrl.make` refuses it, with the closest ids (`fusedrl.envs.check_env_id`).
     """
     if not has_preset(env_id, algo):
-        from fusedrl.envs.registry import check_env_id
-
         check_env_id(env_id)
     return config_class(algo)(**{**preset_fields(env_id, algo), **overrides, "env_id": env_id})
 

@@ -4,17 +4,19 @@ Monte-Carlo returns-to-go, an optional learned baseline, return normalisation (`
 REINFORCE's parts: Monte-Carlo targets with a weight per step (`monte_carlo_targets`: 0 for the
 steps whose episode has not ended by the rollout's end; nothing is bootstrapped), the plain
 policy-gradient loss (`fusedrl.train.losses.policy_gradient_loss`, weighted; A = G - V with the
-baseline, G without) and A2C's optimiser choice, one gradient step per rollout on the whole batch.
+baseline, G without) and the config's `optimizer` (train/optimizers.py, as A2C's), one gradient
+step per rollout on the whole batch. Nothing is bootstrapped, so the skeleton computes no values of
+the next observations (`Algorithm.bootstraps` False).
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from fusedrl.train.a2c import one_step_learning_rate, one_step_optimizer
 from fusedrl.train.advantages import monte_carlo_targets
 from fusedrl.train.config import Hyperparams, ReinforceConfig
 from fusedrl.train.losses import policy_gradient_loss
+from fusedrl.train.optimizers import one_step_learning_rate, one_step_optimizer
 from fusedrl.train.trainer import Algorithm
 
 
@@ -38,6 +40,7 @@ REINFORCE_ALGORITHM = Algorithm(
     learning_rate=one_step_learning_rate,
     epochs=lambda c: 1,
     minibatches=lambda c: 1,
+    bootstraps=False,
 )
 
 __all__ = ["REINFORCE_ALGORITHM"]

@@ -13,48 +13,31 @@ draws the data flow.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import struct
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl._warnings import warn_user
 from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical, no_allowed_action
 from fusedrl.envs import Box, Discrete, MultiDiscrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
 from fusedrl.envs.multiagent import AgentsAsRows, is_multi_agent
-from fusedrl.networks import RecurrentActorCritic, build_network
+from fusedrl.metrics import EPISODE_METRICS, METRIC_NAMES, episode_values, has_episode  # re-exported
+from fusedrl.networks import RecurrentActorCritic, build_network, is_image
 from fusedrl.platform import choices_platform
 from fusedrl.train import multiagent as MA
 from fusedrl.train.config import Hyperparams
 from fusedrl.train.losses import Batch, LossStats, explained_variance
+from fusedrl.train.optimizers import adam, linear_anneal  # re-exported
 from fusedrl.train.phases import scope
 from fusedrl.train.rollout import Transition, batched_values, rollout
+from fusedrl.train.state import RunnerState, TrainResult, typed_key  # typed_key re-exported
 from fusedrl.train.tuning import Tuning, resolve_tuning
 from fusedrl.train.update import minibatch_epochs
-
-METRIC_NAMES = (
-    "episode_return",
-    "episode_length",
-    "episodes_completed",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clip_fraction",
-    "gradient_steps",
-    "explained_variance",
-    "learning_rate",
-    "env_steps",
-)
-
-#: Metrics that are means over the episodes completed in an update (see `TrainResult`).
-EPISODE_METRICS = ("episode_return", "episode_length")
 
 #: The per-update metric that says whether the env broke in that update (0: it did not); a bit per
 #: field of `Trainer.fault_fields`. Not in `METRIC_NAMES` (not logged): `Trainer.check` reads it.
@@ -63,69 +46,6 @@ ENV_FAULT = "env_fault"
 
 class EnvFaultError(RuntimeError):
     """The env returned non-finite observations or rewards, or an action mask that allows no action."""
-
-
-def typed_key(key: jax.Array) -> jax.Array:
-    """`key` as a typed PRNG key: a legacy uint32 key (`jax.random.PRNGKey`) is wrapped, with the
-    same random streams, so every state holds typed keys (and checkpoints restore them)."""
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    return jax.random.wrap_key_data(key)
-
-
-def has_episode(metrics: Mapping[str, Any]):
-    """Whether each update's episode statistics (in metrics arrays, or one logged row) come from a
-    completed episode: False before the first (where they are 0.0, with `episode_length` 0, which
-    no completed episode has). True where `episode_length` is not recorded."""
-    return np.asarray(metrics.get("episode_length", 1)) > 0
-
-
-def episode_values(metrics: Mapping[str, Any], name: str) -> np.ndarray:
-    """`metrics[name]` as float64, NaN where it is no episode's statistic (`has_episode` False);
-    other metrics unchanged. For summaries and plots: `np.nanmax`, gaps in curves."""
-    values = np.asarray(metrics[name], np.float64)
-    if name in EPISODE_METRICS:
-        values = np.where(has_episode(metrics), values, np.nan)
-    return values
-
-
-@struct.dataclass
-class RunnerState:
-    """Everything a run carries from one update to the next (and what a checkpoint saves)."""
-
-    params: Any  # network parameters
-    opt_state: Any  # optax state (its step count drives the learning-rate schedule)
-    env_state: Any  # wrapped VecEnv state: env states, reset pool, normaliser statistics, env key
-    obs: jax.Array  # [N, obs_dim] float32 current observations
-    key: jax.Array  # PRNG key for actions and minibatch shuffling
-    update: jax.Array  # [] int32 updates completed
-    last_return: jax.Array  # [] float32 mean return of the latest update that completed an episode
-    last_length: jax.Array  # [] float32 its mean length
-    policy_state: Any = None  # a recurrent policy's carry per env ([N, H] leaves); None feed-forward
-    agent_return: Any = None  # multi-agent envs: [A] float32 each agent's latest mean return; else None
-
-
-@struct.dataclass
-class TrainResult:
-    """Final state of a run and its per-update metrics (each metric [num_updates]).
-
-    `episode_return` and `episode_length` are means over the episodes that completed during the
-    update (`episodes_completed`); an update in which none did repeats the latest update that had
-    one, and updates before the first completed episode report 0.0, marked by `episode_length` 0
-    (a completed episode has length >= 1). Never NaN.
-
-    `metrics["env_fault"]` is nonzero in updates where the env returned a NaN or inf, or an action
-    mask allowing no action (those updates left the parameters unchanged): `train.check(result)`
-    raises naming the env, the field and the update (`Trainer.check`).
-    """
-
-    state: RunnerState
-    metrics: dict[str, jax.Array]
-    hparams: Hyperparams
-
-    @property
-    def params(self):
-        return self.state.params
 
 
 class Algorithm(NamedTuple):
@@ -142,6 +62,12 @@ class Algorithm(NamedTuple):
     learning_rate: `learning_rate(config, hparams, update) -> lr` in effect at the start of update
       `update` (0-based), as the optimiser applies it (reported in the metrics).
     epochs, minibatches: `epochs(config)`, `minibatches(config)`: the update's loop sizes.
+    normalize_adv: `normalize_adv(config) -> bool`: whether the trainer standardises advantages per
+      minibatch (default: never).
+    target_kl: `target_kl(config) -> float | None`: the early-stopping KL of the update's minibatch
+      steps (`fusedrl.train.update.minibatch_epochs`; default None: no early stop).
+    bootstraps: whether `targets` reads `v_next`; False (Monte-Carlo targets) passes None instead,
+      and the values of the next observations are not computed.
     """
 
     targets: Callable[[Transition, jax.Array, Hyperparams], tuple[jax.Array, jax.Array]]
@@ -150,6 +76,9 @@ class Algorithm(NamedTuple):
     learning_rate: Callable[[Any, Hyperparams, jax.Array], jax.Array]
     epochs: Callable[[Any], int]
     minibatches: Callable[[Any], int]
+    normalize_adv: Callable[[Any], bool] = lambda config: False
+    target_kl: Callable[[Any], float | None] = lambda config: None
+    bootstraps: bool = True
 
 
 class Trainer:
@@ -174,8 +103,8 @@ class Trainer:
         parameters and normaliser statistics stay identical on every shard. None: a plain agent.
       tuning: the speed choices (`fusedrl.train.tuning.Tuning`); default: `resolve_tuning` for the
         platform (`fusedrl.platform.choices_platform`) and this config's sizes.
-      normalize_adv: standardise advantages per minibatch; default: the config's (False for a
-        config without the field). `fusedrl.data_parallel_train` sets it for a shard whose own
+      normalize_adv: standardise advantages per minibatch; default: the algorithm's
+        (`Algorithm.normalize_adv` of the config). `fusedrl.data_parallel_train` sets it for a shard whose own
         minibatch is one transition, normalised with the statistics of all shards' minibatches.
     """
 
@@ -193,7 +122,7 @@ class Trainer:
         self.callback_every = int(callback_every)
         self.axis_name = axis_name
         if normalize_adv is None:
-            normalize_adv = getattr(config, "normalize_adv", False)
+            normalize_adv = algorithm.normalize_adv(config)
         self.normalize_adv = normalize_adv
         self.env, self.env_params = make(config.env_id, **config.env_params)
         # A multi-agent env (JaxMARL's contract) is stepped as a TeamEnv whose agents are rows of the
@@ -400,7 +329,8 @@ class Trainer:
     def advantages(self, params, traj: Transition, hparams: Hyperparams, policy_state=None):
         """The algorithm's (advantages, targets[, weights]), each [T, N], of a [T, N] rollout."""
         with scope("advantages"):
-            return self.algorithm.targets(traj, self.next_values(params, traj, policy_state), hparams)
+            v_next = self.next_values(params, traj, policy_state) if self.algorithm.bootstraps else None
+            return self.algorithm.targets(traj, v_next, hparams)
 
     def sequence_apply(self, params, obs):
         """The recurrent network on a minibatch of whole sequences, `obs` = (observations [B, T, ...],
@@ -428,7 +358,7 @@ class Trainer:
         loss_fn = algo.loss(c, apply_fn, hparams, normalize_adv and across is None, **sharded)
         return minibatch_epochs(
             loss_fn, self.make_optimizer(hparams), params, opt_state, batch, key,
-            epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=getattr(c, "target_kl", None),
+            epochs=algo.epochs(c), minibatches=algo.minibatches(c), target_kl=algo.target_kl(c),
             normalize_adv_across=across, axis_name=self.axis_name,
         )
 
@@ -618,26 +548,6 @@ def check_callback(callback, callback_every) -> None:
         raise ValueError(f"callback_every must be an int >= 1, got {callback_every!r}.")
 
 
-def linear_anneal(count, lr, steps_per_update, num_updates):
-    """PureJaxRL's schedule: lr * (1 - update / num_updates), constant within an update; clamped at
-    0, so a run resumed past its budget keeps lr at 0 instead of going negative."""
-    frac = jnp.maximum(1.0 - (count // steps_per_update) / num_updates, 0.0)
-    return lr * frac
-
-
-def adam(config, hparams: Hyperparams, *, steps_per_update: int) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) after a global-norm clip, with the config's learning rate, linearly annealed
-    per update with `anneal_lr`. `optax.flatten` runs both on one vector instead of a dozen small
-    parameter leaves (fewer, larger kernels)."""
-    if config.anneal_lr:
-        lr = partial(linear_anneal, lr=hparams.lr, steps_per_update=steps_per_update,
-                     num_updates=config.num_updates)
-    else:
-        lr = hparams.lr
-    return optax.flatten(optax.chain(optax.clip_by_global_norm(hparams.max_grad_norm),
-                                     optax.adam(learning_rate=lr, eps=1e-5)))
-
-
 def _check_hparams_shapes(hparams: Hyperparams, default: Hyperparams) -> None:
     """Trace-time check (static shapes, no runtime cost) that every leaf of one run's `hparams` has
     the shape of the default's (a scalar for every hyperparameter). Under `jax.vmap` the leaves
@@ -685,8 +595,6 @@ def _observation_leaves(env, params, cnn: bool, team=None):
 
 def _check_images(env_id: str, leaves) -> None:
     """network="cnn" needs an image-like observation entry ([H, W, C] per env)."""
-    from fusedrl.networks import is_image
-
     if not any(is_image(x.shape) for name, x in leaves if name != W.ACTION_MASK):
         shapes = ", ".join(f"{name} {tuple(x.shape)}" for name, x in leaves)
         raise ValueError(

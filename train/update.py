@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fusedrl.train.losses import standardize
 from fusedrl.train.phases import scoped
 from fusedrl.train.shuffle import permutations
 
@@ -51,9 +52,7 @@ def minibatch_epochs(loss_fn: Callable, optimizer: optax.GradientTransformation,
     def minibatch_step(carry, mb):
         params, opt_state = carry[:2]
         if normalize_adv_across is not None:
-            mean = jax.lax.pmean(mb.advantage.mean(), normalize_adv_across)
-            var = jax.lax.pmean(jnp.mean((mb.advantage - mean) ** 2), normalize_adv_across)
-            mb = mb._replace(advantage=(mb.advantage - mean) / (jnp.sqrt(var) + 1e-8))
+            mb = mb._replace(advantage=standardize(mb.advantage, axis_name=normalize_adv_across))
         grads, stats = grad_fn(params, batch=mb)
         if axis_name is not None:
             grads = jax.lax.pmean(grads, axis_name)

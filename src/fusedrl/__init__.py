@@ -39,7 +39,7 @@ _EXPORTS = {
     "ReinforceConfig": "fusedrl.train",
     "RunnerState": "fusedrl.train",
     "TrainResult": "fusedrl.train",
-    "make_train": "fusedrl.train",
+    "make_train": "fusedrl.learners",
     "preset": "fusedrl.train",
     "enable_compile_cache": "fusedrl.compile_cache",
 }
@@ -73,6 +73,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the names as if imported here
     from fusedrl.data_parallel import data_parallel_train
     from fusedrl.envs import make, register, registered_ids
     from fusedrl.evaluation import evaluate
+    from fusedrl.learners import make_train
     from fusedrl.policy import Policy, load
     from fusedrl.sweeps import SweepResult, sweep
     from fusedrl.train import (
@@ -84,7 +85,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the names as if imported here
         ReinforceConfig,
         RunnerState,
         TrainResult,
-        make_train,
         preset,
     )
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib
 import json
-import numbers
+import os
 import re
+import sys
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,10 +40,6 @@ def import_modules(names: Sequence[str], *, source: str = "--import") -> None:
     a file name given for one, is a UsageError naming it. `source` names where the module names came
     from in those messages. Callers that read the names from a file check first that the user
     trusts it (`fusedrl.trust`)."""
-    import importlib
-    import os
-    import sys
-
     for name in names:
         if error := module_name_error(name):
             raise UsageError(f"{source} {name}: {error}")
@@ -71,13 +69,13 @@ def check_network(config, error: type[Exception]) -> list[str]:
     `error` with the reason. Returns the module to record with the run's imports ([] without one)."""
     if config.network is None:
         return []
-    from fusedrl.networks import BUILTIN_NETWORKS, network_module
+    from fusedrl.networks import BUILTIN_NETWORKS, network_module  # start-up time: networks loads JAX
 
     builtin = config.network in BUILTIN_NETWORKS  # checked too: "cnn" needs image observations
     module = None if builtin else network_module(config.network)
     if module is not None:
         import_modules([module], source=f"network {config.network}")
-    from fusedrl.train import make_train
+    from fusedrl.learners import make_train  # start-up time: the CLI's usage checks load no JAX
 
     try:
         make_train(config)
@@ -88,8 +86,6 @@ def check_network(config, error: type[Exception]) -> list[str]:
 
 def module_name_error(name: Any) -> str | None:
     """Why `name` is not a module name as `import` takes it (None: it is one)."""
-    import os
-
     if not isinstance(name, str) or not name:
         return f"expected a module name (a non-empty string), got {name!r}."
     if name.endswith(".py") or "/" in name or os.sep in name or name.startswith("."):
@@ -97,11 +93,6 @@ def module_name_error(name: Any) -> str | None:
         return (f"give a module name as `import` takes it (--import {module}, run from the folder that "
                 f"holds {module}.py), not a file name or path.")
     return None
-
-
-def is_int(x: Any) -> bool:
-    """An integer, Python's or NumPy's, and not a bool (which Python counts as an int)."""
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def positive_int(text: str) -> int:
@@ -158,7 +149,7 @@ def _config_class(config_cls: type | None) -> type:
     """`config_cls`, or PPOConfig when it is None (the `--set` fields' default class)."""
     if config_cls is not None:
         return config_cls
-    from fusedrl.train.config import PPOConfig
+    from fusedrl.train.config import PPOConfig  # start-up time: the config module loads JAX
 
     return PPOConfig
 
@@ -235,7 +226,7 @@ def _parse_env_param(item: str, name: str, text: str, default: Any) -> Any:
 
 
 def _unknown(item: str, name: str, env_defaults: Mapping[str, Any] | None, config_cls: type) -> UsageError:
-    from fusedrl.train.config import CONFIGS
+    from fusedrl.train.config import CONFIGS  # start-up time: the config module loads JAX
 
     fields = list(field_types(config_cls))
     params = sorted(env_defaults or ())

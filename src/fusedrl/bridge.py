@@ -1,6 +1,6 @@
 """The host-environment bridge: on-policy learners on Gymnasium envs stepped on the host.
 
-`fusedrl.make_train(PPOConfig(env_id="gymnasium:CartPole-v1", ...))` returns a `HostPPO`: the
+`fusedrl.make_train(PPOConfig(env_id="gymnasium:CartPole-v1", ...))` returns a `HostTrainer`: the
 architecture of GA3C's predictor or rlstructures' `DeviceEnv`. A `gymnasium.vector.SyncVectorEnv`
 steps on the host; each step ships the observations to the device, where one jitted call
 normalises them (if asked) and samples the actions, which come back to the host. After `num_steps`
@@ -40,8 +40,11 @@ from flax import struct
 
 from fusedrl.envs.host import HostEnv, HostEnvError, is_host_env_id
 from fusedrl.envs.wrappers import NORM_CLIP, NORM_EPSILON, RunningMeanStd, scale_reward
-from fusedrl.train.config import Hyperparams, OnPolicyConfig, ReinforceConfig
-from fusedrl.train.ppo import ALGORITHMS, RunnerState, Trainer, TrainResult, Transition, typed_key
+from fusedrl.evaluation import check_evaluate_args
+from fusedrl.train.config import Hyperparams, OnPolicyConfig
+from fusedrl.train.ppo import algorithm_of
+from fusedrl.train.state import RunnerState, TrainResult, Transition, typed_key
+from fusedrl.train.trainer import Trainer
 
 
 @struct.dataclass
@@ -84,9 +87,9 @@ def _refuse_tracers(env_id: str, *args):
         )
 
 
-class HostPPO:
+class HostTrainer:
     """An on-policy learner on a host (Gymnasium) env: `train(key, hparams=None) -> TrainResult`,
-    not jittable. Named for PPO, its first algorithm; it trains whatever the config's is.
+    not jittable. It trains whatever the config's algorithm is (`HostPPO` is its old name).
 
     Holds a fused `Trainer` for the config and calls its network, optimiser, learning-rate schedule
     and `learn_from_rollout`; only the rollout is its own, a host loop over a Gymnasium vector env.
@@ -104,12 +107,9 @@ class HostPPO:
     jittable = False
 
     def __init__(self, config: OnPolicyConfig, *, callback: Callable | None = None, callback_every: int = 1):
-        algorithm = ALGORITHMS.get(type(config))
-        if algorithm is None:
-            names = ", ".join(c.__name__ for c in ALGORITHMS)
-            raise TypeError(f"make_train takes an algorithm's config ({names}), got {type(config).__name__}.")
+        algorithm = algorithm_of(config)
         if not is_host_env_id(config.env_id):
-            raise ValueError(f"HostPPO trains 'gymnasium:' env ids, got {config.env_id!r}.")
+            raise ValueError(f"HostTrainer trains 'gymnasium:' env ids, got {config.env_id!r}.")
         self.trainer = Trainer(config, algorithm, callback=callback, callback_every=callback_every)
         self.config, self.callback, self.callback_every = config, callback, int(callback_every)
         t = self.trainer
@@ -415,10 +415,9 @@ def evaluate(
     episode ends (or `max_steps` steps, default: the env's time limit or 100_000), observations
     normalised with the run's final statistics (frozen), raw returns, greedy (mode) actions unless
     `greedy=False`. A recurrent policy starts each env at an episode's start and carries its state
-    through that one episode.
+    through that one episode. An episode that has not ended after `max_steps` steps reports NaN, as
+    `fusedrl.evaluate` reports it (its partial return is no episode's return).
     """
-    from fusedrl.evaluation import check_evaluate_args
-
     num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
     trainer = make_host_train(config)
     env = trainer.env
@@ -454,29 +453,22 @@ def evaluate(
                 break
     finally:
         envs.close()
-    return jnp.asarray(returns, jnp.float32)
+    return jnp.asarray(np.where(finished, returns, np.nan), jnp.float32)
 
 
 def check_host_config(config: OnPolicyConfig, env: HostEnv) -> None:
-    """The config's rules that need the Gymnasium env (the bridge's `config.check_env_params`).
-
-    REINFORCE learns only from episodes that end inside a rollout (nothing is bootstrapped), so
-    a rollout shorter than the env's time limit is refused, as `ReinforceConfig` refuses it for a
-    JAX env, with the Gymnasium keyword to lower the limit."""
-    limit = env.max_episode_steps
-    if not isinstance(config, ReinforceConfig) or limit is None or config.num_steps >= limit:
-        return
-    raise ValueError(
-        f"num_steps={config.num_steps} is shorter than {config.env_id}'s time limit "
-        f"(max_episode_steps={limit}): REINFORCE learns only from episodes that end inside a rollout, "
-        f"so most rollouts would have none. Set num_steps >= {limit}, or lower the time limit with "
-        f"env_params={{'max_episode_steps': {config.num_steps}}} (gymnasium.make's keyword)."
-    )
+    """The config's rules that need the Gymnasium env (the bridge's `config.check_env_params`): its
+    rule on the time limit (`OnPolicyConfig.check_time_limit`: REINFORCE's), with Gymnasium's keyword."""
+    config.check_time_limit(env.max_episode_steps, "max_episode_steps", " (gymnasium.make's keyword)")
 
 
-def make_host_train(config: OnPolicyConfig, **kwargs) -> HostPPO:
+def make_host_train(config: OnPolicyConfig, **kwargs) -> HostTrainer:
     """The bridge trainer for a "gymnasium:" config (what `fusedrl.make_train` returns for it)."""
-    return HostPPO(config, **kwargs)
+    return HostTrainer(config, **kwargs)
 
 
-__all__ = ["HostEnvState", "HostPPO", "Probe", "check_host_config", "evaluate", "make_host_train"]
+#: `HostTrainer`'s old name, from when PPO was its one algorithm.
+HostPPO = HostTrainer
+
+__all__ = ["HostEnvState", "HostPPO", "HostTrainer", "Probe", "check_host_config", "evaluate",
+           "make_host_train"]

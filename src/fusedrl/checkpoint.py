@@ -44,9 +44,11 @@ import numpy as np
 from fusedrl._json import dumps as strict_json
 from fusedrl._warnings import warn_user
 from fusedrl.files import remove_stale_temporaries, stale, writer_tag
+from fusedrl.learners import make_train
 from fusedrl.progress import hold_interrupt
 from fusedrl.train.config import CONFIGS, OnPolicyConfig, number_dtype
-from fusedrl.train.ppo import RunnerState, make_train
+from fusedrl.train.state import RunnerState
+from fusedrl.version import __version__
 
 FORMAT = "fusedrl-checkpoint-1"
 #: The algorithm of a checkpoint whose meta.json names none (those were all PPO runs).
@@ -132,10 +134,9 @@ def save(path: str | os.PathLike, config: OnPolicyConfig, state: RunnerState, hp
         "checksums": CHECKSUMS_FILE,  # so that a checkpoint without one is known to have lost it
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    # A Ctrl-C inside orbax's save abandons it: its threads then log tracebacks at exit ("cannot
-    # schedule new futures after shutdown"), and Python's exit can wait forever on orbax threads that
-    # wait for a signal from the abandoned save (8 of 17 interrupted saves had not exited 30-60 s
-    # later, 1 aborted).
+    # Ctrl-C is held until the save ends: a Ctrl-C inside orbax's save abandons it, its threads then
+    # log tracebacks at exit ("cannot schedule new futures after shutdown"), and Python's exit can
+    # wait forever on orbax threads that wait for a signal from the abandoned save.
     with hold_interrupt("saving the checkpoint"):
         _write(path, arrays, meta, metrics)
     return path
@@ -143,7 +144,7 @@ def save(path: str | os.PathLike, config: OnPolicyConfig, state: RunnerState, hp
 
 def _write(path: Path, arrays, meta, metrics) -> None:
     """`save`'s writing: to a temporary directory beside `path`, checksums last, then renamed into it."""
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # start-up time: orbax is slow to import, and only saving needs it
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{writer_tag()}-", dir=path.parent))
     umask = os.umask(0)
@@ -293,9 +294,7 @@ def recover(path: str | os.PathLike) -> list[Path]:
 
 
 def _version() -> str:
-    import fusedrl
-
-    return fusedrl.__version__
+    return __version__
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -396,7 +395,7 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
             f"{meta.get('fusedrl_version', 'an unknown version')}): fields missing from the checkpoint "
             f"{missing[:5]}, fields the code does not know {unexpected[:5]}."
         )
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # start-up time: orbax is slow to import, and only restoring needs it
 
     checkpointer = ocp.StandardCheckpointer()
     try:

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +33,12 @@ from fusedrl._argtypes import (
     seed_arg,
 )
 from fusedrl._cli_parser import SuggestingParser
+from fusedrl.compile_cache import use_compile_cache
 
-# JAX, the environments and the trainer are imported where a command needs them, so that
-# `fusedrl --help` and usage errors answer at once.
+# Start-up time: JAX, the environments and the trainer are imported inside the functions of the
+# commands that need them, so that `fusedrl --help` and usage errors answer at once.
 if TYPE_CHECKING:
-    from fusedrl.train.config import PPOConfig
+    from fusedrl.train.config import OnPolicyConfig
 
 # A user error: printed as `fusedrl COMMAND: error: ...` with exit status 2. One class for every
 # command, so the shared --set parser's errors are caught alike (also by `fusedrl.bench runs`).
@@ -58,9 +60,10 @@ examples:
   fusedrl train --resume runs/bo          (continue it after Ctrl-C, from its latest checkpoint)
   fusedrl train --resume runs/mine --trust-imports   (its config.json names modules to import)
 
---set takes any PPOConfig field (values are parsed with the field's type: ints, floats,
-true/false, comma-separated hidden_sizes) and env params as env_params.NAME=VALUE (or NAME=VALUE),
-parsed as in `fusedrl sweep`. A "gymnasium:" env id trains one seed through the host bridge.
+--set takes any field of --algo's config (PPOConfig, A2CConfig or ReinforceConfig; values are
+parsed with the field's type: ints, floats, true/false, comma-separated hidden_sizes) and env
+params as env_params.NAME=VALUE (or NAME=VALUE), parsed as in `fusedrl sweep`. A "gymnasium:" env id
+trains one seed through the host bridge.
 The run folder gets config.json, metrics.csv, learning_curve.png, checkpoint/, summary.json.
 One process at a time trains or resumes a run folder (it holds the folder's lock); a second is refused.
 A config.json that names modules to import (its imports, a network "module:function") is read only with
@@ -83,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--algo", choices=("ppo", "a2c", "reinforce"),
                    help="the algorithm (default ppo; with --config, the file's)")
     t.add_argument("--config", metavar="FILE", type=Path,
-                   help="a config.json of an earlier run (or a JSON/TOML file of PPOConfig fields)")
+                   help="a config.json of an earlier run (or a JSON/TOML file of config fields)")
     t.add_argument("--num-seeds", type=int, metavar="N",
                    help="seeds trained at once (default 1; on a lone CPU device split over its cores, "
                         "elsewhere one vmapped program on the default device)")
@@ -201,8 +204,8 @@ def cmd_sweep(args) -> int:
 
 
 # ----------------------------------------------------------------------------------- train
-def resolve(args) -> tuple[PPOConfig, Any]:
-    """The PPOConfig and RunOptions a `train` command asks for (no work done yet)."""
+def resolve(args) -> tuple[OnPolicyConfig, Any]:
+    """The config and RunOptions a `train` command asks for (no work done yet)."""
     from fusedrl.envs import make
     from fusedrl.envs.host import HostEnvError, is_host_env_id
     from fusedrl.runs import RunOptions, check_supported, read_config_file
@@ -312,8 +315,8 @@ RESUME_CONFLICTS = (("env", "--env"), ("algo", "--algo"), ("config", "--config")
                     ("checkpoint_every", "--checkpoint-every"))
 
 
-def resolve_resume(args) -> tuple[PPOConfig, Any]:
-    """The PPOConfig and RunOptions of the run folder `--resume` continues."""
+def resolve_resume(args) -> tuple[OnPolicyConfig, Any]:
+    """The config and RunOptions of the run folder `--resume` continues."""
     from fusedrl import run_lock
     from fusedrl.envs import make
     from fusedrl.envs.host import is_host_env_id
@@ -349,7 +352,7 @@ def resolve_resume(args) -> tuple[PPOConfig, Any]:
 WANDB_RUNS_FILE = "wandb_runs.json"
 
 
-def wandb_logger(project: str, config: PPOConfig, options, path, *, resuming: bool):
+def wandb_logger(project: str, config: OnPolicyConfig, options, path, *, resuming: bool):
     """The run folder's W&B logger; resuming a run logged to the same project continues its W&B runs
     (their ids are in the folder's WANDB_RUNS_FILE) instead of starting new ones."""
     from fusedrl.loggers import WandbLogger
@@ -375,7 +378,7 @@ def wandb_logger(project: str, config: PPOConfig, options, path, *, resuming: bo
     return logger
 
 
-def rounding_note(config: PPOConfig) -> str:
+def rounding_note(config: OnPolicyConfig) -> str:
     """Why a run takes fewer env steps than total_timesteps: whole updates only."""
     left = config.total_timesteps - config.env_steps
     return (f"note: training {config.env_steps:,} of total_timesteps={config.total_timesteps:,} env steps "
@@ -485,8 +488,6 @@ def cmd_train(args) -> int:
 
 def _checkpoint_update(run_dir: Path) -> int | None:
     """The update of an interrupted run's checkpoint, from its summary.json (None: none saved)."""
-    import json
-
     try:
         return json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("checkpoint_update")
     except (OSError, ValueError, AttributeError):
@@ -598,8 +599,6 @@ def cmd_envs(args) -> int:
 def env_table(rows: list[tuple[str, str, str, str]], width: int) -> list[str]:
     """The lines of `fusedrl envs`' table (id, observation space, action space, preset), its space
     columns wrapped at ", " to fit `width` characters (a long Dict space takes several lines)."""
-    import textwrap
-
     w = max(len("id"), *(len(r[0]) for r in rows))
     wa = min(max(len("action space"), *(len(r[2]) for r in rows)), 28)
     wo = max(min(max(len("observation space"), *(len(r[1]) for r in rows)), width - w - wa - 12), 20)
@@ -616,21 +615,6 @@ def env_table(rows: list[tuple[str, str, str, str]], width: int) -> list[str]:
                      act_lines[i] if i < len(act_lines) else "", preset if first else "")
             lines.append(f"{cells[0]:<{w}}  {cells[1]:<{wo}}  {cells[2]:<{wa}}  {cells[3]}".rstrip())
     return lines
-
-
-def use_compile_cache(off: bool) -> Path | None:
-    """Turns the compile cache on unless `off` (--no-compile-cache) or FUSEDRL_COMPILE_CACHE=0 says
-    not to; a folder that cannot be created is a warning, not an error. Returns the folder, or None."""
-    from fusedrl.compile_cache import default_cache_dir, disabled_by_env, enable_compile_cache
-
-    if off or disabled_by_env():
-        return None
-    try:
-        return enable_compile_cache()
-    except OSError as e:
-        print(f"warning: compile cache off: cannot use {default_cache_dir()} ({e}); set XDG_CACHE_HOME "
-              f"to a writable folder, or pass --no-compile-cache", file=sys.stderr)
-        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ The cache is trusted code: keep the folder private (see `jax.experimental.compil
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
         (`jax_compilation_cache_dir`, e.g. from JAX_COMPILATION_CACHE_DIR), else
         $XDG_CACHE_HOME/fusedrl/jax or ~/.cache/fusedrl/jax.
     """
+    # Start-up time: the CLI imports this module at once and turns the cache on before JAX loads.
     import jax
     from jax._src import compilation_cache
 
@@ -79,7 +81,7 @@ def cache_counts() -> dict[str, int]:
 
 def _listen() -> None:
     global _listening
-    from jax._src import monitoring
+    from jax._src import monitoring  # start-up time, as in enable_compile_cache
 
     with _lock:
         if _listening:
@@ -109,3 +111,17 @@ def describe(before: dict[str, int], after: dict[str, int]) -> str | None:
     if hits:
         return f"{hits} of {requests} XLA programs loaded, {requests - hits} compiled and saved"
     return f"{requests} XLA programs compiled and saved (an identical run loads them)"
+
+
+def use_compile_cache(off: bool) -> Path | None:
+    """The commands' switch (`fusedrl train`, `fusedrl profile`): turns the compile cache on unless
+    `off` (--no-compile-cache) or FUSEDRL_COMPILE_CACHE=0 says not to; a folder that cannot be
+    created is a warning, not an error. Returns the folder, or None."""
+    if off or disabled_by_env():
+        return None
+    try:
+        return enable_compile_cache()
+    except OSError as e:
+        print(f"warning: compile cache off: cannot use {default_cache_dir()} ({e}); set XDG_CACHE_HOME "
+              f"to a writable folder, or pass --no-compile-cache", file=sys.stderr)
+        return None

@@ -17,10 +17,12 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from fusedrl._argtypes import is_int
-from fusedrl.envs.host import is_host_env_id, jax_instead
+from fusedrl._numbers import is_int
+from fusedrl.envs.host import is_host_env_id
+from fusedrl.envs.registry import jax_instead
 from fusedrl.streams import check_devices
-from fusedrl.train import ALGORITHMS, A2CConfig, PPOConfig, ReinforceConfig, TrainResult, make_train
+from fusedrl.train import A2CConfig, PPOConfig, ReinforceConfig, TrainResult, make_train
+from fusedrl.train.ppo import algorithm_of
 
 DATA_AXIS = "data"  # axis the shards of one data-parallel agent run along
 
@@ -94,7 +96,8 @@ def data_parallel_train(
     local = shard_config(config, num_shards)
     # The shard's config may have been validated with normalize_adv=False (see `shard_config`):
     # the trainer normalises as the agent's config says, over the global minibatch.
-    train = make_train(local, axis_name=DATA_AXIS, normalize_adv=getattr(config, "normalize_adv", False))
+    normalize_adv = algorithm_of(config).normalize_adv(config)
+    train = make_train(local, axis_name=DATA_AXIS, normalize_adv=normalize_adv)
 
     def shard(key, hparams):
         return train(key, hparams)
@@ -148,8 +151,9 @@ def shard_config(config: PPOConfig | A2CConfig | ReinforceConfig, num_shards: in
     try:
         return config.replace(**changes)
     except ValueError as e:
-        local_minibatch = config.batch_size // num_shards // ALGORITHMS[type(config)].minibatches(config)
-        if not (getattr(config, "normalize_adv", False) and local_minibatch == 1):
+        algorithm = algorithm_of(config)
+        local_minibatch = config.batch_size // num_shards // algorithm.minibatches(config)
+        if not (algorithm.normalize_adv(config) and local_minibatch == 1):
             raise ValueError(f"per-shard config of a {num_shards}-way data-parallel run: {e}") from None
     try:
         return config.replace(**changes, normalize_adv=False)

@@ -8,14 +8,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl.distributions import no_allowed_action
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.envs.registry import on_register
 from fusedrl.envs.wrappers import ACTION_MASK
 from fusedrl.train.config import OnPolicyConfig
-from fusedrl.train.ppo import Trainer, TrainResult, make_train
-from fusedrl.train.trainer import ENV_FAULT
+from fusedrl.train.ppo import make_train
+from fusedrl.train.state import TrainResult
+from fusedrl.train.trainer import ENV_FAULT, Trainer
+
+#: The bound on each episode of a run's evaluation (`evaluate(max_steps=...)`) in `fusedrl.runs`
+#: (`train_run`, `evaluate_run`) and in sweeps: an episode still running after it reports NaN
+#: (counted in summary.json's "eval_unfinished_episodes"), instead of the evaluation never returning
+#: (an env without a working time limit). Far above the time limits of our envs and gymnax's (at
+#: most a few thousand steps).
+EVAL_MAX_STEPS = 1_000_000
 
 
 def evaluate(
@@ -37,8 +45,8 @@ def evaluate(
     The loop runs until every episode has ended, so it does not return if some episode never ends
     (an env without a working time limit, e.g. `max_steps_in_episode` never reached, and a policy
     that never reaches a terminal state). `max_steps` bounds it: after that many steps, episodes
-    that have not ended report NaN (the host bridge's `fusedrl.bridge.evaluate` reports their
-    partial returns instead).
+    that have not ended report NaN, as on the host bridge (`fusedrl.bridge.evaluate`): a partial
+    return is no episode's return, and `fusedrl.runs` counts the NaNs as unfinished episodes.
 
     A policy whose parameters are not all finite (a run that diverged) is not run: its returns are
     NaN, not the returns of whatever its NaN outputs happen to pick. A result whose env broke in
@@ -128,8 +136,8 @@ def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int
 @functools.lru_cache(maxsize=16)
 def _evaluator(config: OnPolicyConfig, num_episodes: int, greedy: bool):
     """`evaluate`'s program: (result, key, max_steps) -> returns. `max_steps` (an int32; < 0: no
-    bound) is traced: one program serves every bound. `greedy` stays a constant: a program that can
-    do both compiles the sampling too, 0.2-0.3 s more on this project's CPU for every greedy one."""
+    bound) is traced: one program serves every bound. `greedy` stays a constant: a program that could
+    do both would compile the sampling into every greedy evaluation too."""
     trainer = make_train(config)
 
     def run(result, key, max_steps):

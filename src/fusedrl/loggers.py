@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fusedrl.train.ppo import EPISODE_METRICS, METRIC_NAMES, has_episode
+from fusedrl.metrics import EPISODE_METRICS, METRIC_NAMES, has_episode
 
 # Column order of metrics.csv: identifiers first, then the trainer's metrics.
 CSV_COLUMNS = ("update", "seed", "env_steps") + tuple(m for m in METRIC_NAMES if m != "env_steps")

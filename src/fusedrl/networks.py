@@ -5,11 +5,15 @@ masks, a recurrent (GRU/LSTM) actor-critic, and the checks a user's own network 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import inspect
+import keyword
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import flax
+import flax.errors
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -254,8 +258,6 @@ class RecurrentActorCritic(nn.Module):
 def network_path_error(path) -> str | None:
     """Why `path` is not a "module:function" network path (None: it is one); the text follows
     "network " in the config's error."""
-    import keyword
-
     if path in BUILTIN_NETWORKS:
         return None
     if isinstance(path, str) and path.count(":") == 1:
@@ -306,7 +308,6 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, log_std_init=float(config.log_std_init),
                            compute_dtype=getattr(config, "compute_dtype", "float32"), nvec=nvec, torso=torso)
-    import importlib
 
     path = config.network
     module_name, name = path.split(":")
@@ -323,7 +324,6 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
         raise ValueError(f"network {path!r}: module {module_name!r} has no function {name!r}"
                          + ("." if factory is None else f" ({name} is a {type(factory).__name__})."))
     kwargs = dict(action_dim=action_dim, discrete=discrete, obs_shape=tuple(obs_shape), config=config)
-    import inspect
 
     try:
         inspect.signature(factory).bind(**kwargs)
@@ -371,8 +371,6 @@ def _noting(note: str):
 
 def _check_network_outputs(path: str, net: nn.Module, action_dim: int, discrete: bool,
                            obs: jax.ShapeDtypeStruct, nvec: tuple[int, ...] | None = None) -> None:
-    import flax.errors
-
     def call(key, x):
         variables = net.init(key, x)
         return variables, net.apply(variables, x)

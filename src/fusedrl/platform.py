@@ -35,7 +35,7 @@ def choices_platform(device_platform: str | None = None) -> str:
         return forced.lower()
     if device_platform is not None:
         return device_platform
-    import jax
+    import jax  # start-up time: a forced platform is answered without loading JAX
 
     return jax.default_backend()
 

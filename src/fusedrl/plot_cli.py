@@ -15,6 +15,9 @@ from pathlib import Path
 
 from fusedrl._argtypes import UsageError, positive_int
 
+# Start-up time: NumPy, matplotlib and the plotting module are imported inside the functions that
+# read and draw runs, so that `fusedrl --help` and the other commands do not load them.
+
 EPILOG = """\
 examples:
   fusedrl plot runs/CartPole-v1                          one run (each seed, their IQM and interval)

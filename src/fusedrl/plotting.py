@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fusedrl.files import write_atomic
+from fusedrl.metrics import EPISODE_METRICS, episode_values
 
 
 def curve_figure(metrics: Mapping[str, np.ndarray], *, metric: str = "episode_return",
@@ -43,8 +44,6 @@ def runs_figure(runs: Sequence[tuple[str | None, Mapping[str, np.ndarray]]], *,
     """
     from matplotlib.figure import Figure
 
-    from fusedrl.train.ppo import EPISODE_METRICS
-
     fig = Figure(figsize=(8.4, 3.8), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     windows, drawn, x_end = set(), False, 0.0
@@ -72,8 +71,6 @@ def runs_figure(runs: Sequence[tuple[str | None, Mapping[str, np.ndarray]]], *,
 
 def _curves(metrics, metric, smooth):
     """(x [U], smoothed y [S, U], raw y [S, U], window) of one run's `metric`."""
-    from fusedrl.train.ppo import episode_values
-
     if metric not in metrics:
         raise KeyError(f"no metric {metric!r} in this run; its metrics: {', '.join(sorted(metrics))}.")
     y = episode_values(metrics, metric)
@@ -137,7 +134,7 @@ def _moving_average(y: np.ndarray, window: int) -> np.ndarray:
 def iqm(scores: np.ndarray, axis: int | None = 0) -> np.ndarray:
     """The interquartile mean: the mean of the middle 50% of `scores` along `axis` (None: all), i.e.
     `scipy.stats.trim_mean(scores, 0.25)`, rliable's `aggregate_iqm` (Agarwal et al., 2021)."""
-    from scipy.stats import trim_mean
+    from scipy.stats import trim_mean  # start-up time: scipy.stats is slow to import; only plots need it
 
     return trim_mean(scores, proportiontocut=0.25, axis=axis)
 

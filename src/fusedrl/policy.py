@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import warnings
 from pathlib import Path
@@ -11,11 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from fusedrl import checkpoint as ckpt
-from fusedrl._argtypes import is_int
+from fusedrl._argtypes import UsageError, import_modules
+from fusedrl._numbers import is_int
 from fusedrl.envs import wrappers as W
 from fusedrl.envs.host import is_host_env_id
+from fusedrl.learners import make_train
+from fusedrl.runs import load_run_config
 from fusedrl.train.config import OnPolicyConfig
-from fusedrl.train.ppo import make_train
+from fusedrl.trust import check_trusted, named_modules
 
 
 class Policy:
@@ -50,9 +54,7 @@ class Policy:
         self.update = int(np.ravel(state.update)[0])
         self._encode = self._decode = self._example = None
         if is_host_env_id(config.env_id):
-            from fusedrl.bridge import make_host_train
-
-            self.trainer = make_host_train(config)
+            self.trainer = make_train(config)
             env = self.trainer.env
             self.obs_shape = tuple(env.gym_observation_space.shape)
             self._encode, self._decode = env.encode_obs, env.decode_action  # host side, NumPy
@@ -166,8 +168,6 @@ class Policy:
 def missing_run_error(path: str | os.PathLike) -> FileNotFoundError:
     """The error for a run folder that does not exist, naming folders beside it of a close name: a
     run folder's name is its env id with ':' and '/' as '_' (runs/gymnax_Catch-bsuite)."""
-    import difflib
-
     path = Path(path)
     parent = path.parent
     try:
@@ -215,13 +215,8 @@ def load(path: str | os.PathLike, seed: int | None = None, *, trust_imports: boo
     ckpt_dir = path / "checkpoint" if (path / "checkpoint").is_dir() else path
     expected = None
     if (path / "config.json").is_file():
-        from fusedrl.runs import load_run_config
-
         expected = load_run_config(path, trust_imports=trust_imports)[0]
     else:  # a checkpoint alone: its config may name a network module, which restoring would import
-        from fusedrl._argtypes import UsageError, import_modules
-        from fusedrl.trust import check_trusted, named_modules
-
         saved = ckpt.read_meta(ckpt_dir).get("config")
         named = named_modules(saved if isinstance(saved, dict) else {}, ())
         check_trusted(str(ckpt_dir / "meta.json"), named, trust=trust_imports)

@@ -46,6 +46,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,12 +54,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from fusedrl import bridge
 from fusedrl._argtypes import UsageError, add_import_option, import_modules, positive_int
-from fusedrl.envs import Discrete
+from fusedrl.compile_cache import use_compile_cache
+from fusedrl.envs import Discrete, make, registered_ids
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.losses import Batch
 from fusedrl.train.phases import PHASES
+from fusedrl.train.ppo import make_train
 from fusedrl.train.presets import preset_fields
 
 MODES = ("fused", "bridge")
@@ -78,8 +82,6 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 def resolve(env_id: str, mode: str | None) -> tuple[str, str]:
     """(env id to profile, mode). "CartPole-v1" in bridge mode profiles "gymnasium:CartPole-v1";
     a "gymnasium:" id in fused mode profiles our JAX env of the same name, if there is one."""
-    from fusedrl.envs import registered_ids
-
     if mode is None:
         mode = "bridge" if is_host_env_id(env_id) else "fused"
     if mode not in MODES:
@@ -140,8 +142,6 @@ def _policy_scan(trainer, num_steps: int):
 
 
 def profile_fused(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
-    from fusedrl.train.ppo import make_train
-
     trainer = make_train(config)
     c = config
     hp = trainer.default_hparams()
@@ -191,9 +191,7 @@ def profile_fused(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
 
 
 def profile_bridge(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
-    from fusedrl.bridge import Probe, make_host_train
-
-    trainer = make_host_train(config)
+    trainer = bridge.make_host_train(config)
     c = config
     hp = trainer.default_hparams()
     state = trainer.init(jax.random.key(0), hp)
@@ -211,7 +209,7 @@ def profile_bridge(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
             state, episode, traj = trainer.collect(envs, state0, episode)
             jax.block_until_ready(trainer.learn_step(state, *traj, hp))
             unprobed.append(time.perf_counter() - t)
-            probe = Probe()
+            probe = bridge.Probe()  # looked up at call time: tests record the probes
             t = time.perf_counter()
             state, episode, traj = trainer.collect(envs, state0, episode, probe=probe)
             collected = time.perf_counter()
@@ -415,10 +413,6 @@ def profile_phases(config, agents: int | None = None, updates: int = 4,
     HLO (each operation's scope path). `trace_dir` keeps the trace there (for TensorBoard or
     Perfetto); by default it goes to a temporary folder. Returns the summary that `format_phases`
     prints (seconds per update, summed over the agents' batched operations)."""
-    import tempfile
-
-    from fusedrl.train.ppo import make_train
-
     if int(updates) < 1:
         raise ValueError(f"updates must be >= 1, got {updates}.")
     if agents is not None and int(agents) < 1:
@@ -625,8 +619,6 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> int:
     """Parses `argv`, profiles, prints the table (then one JSON line with --json); returns 0 (2 on
     bad input)."""
-    from fusedrl.envs import make
-
     args = build_parser(prog).parse_args(argv)
     try:
         import_modules(args.imports)
@@ -645,8 +637,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
     except (ValueError, TypeError, UsageError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    from fusedrl.cli import use_compile_cache
-
     use_compile_cache(args.no_compile_cache)
     if args.phases:
         summary = profile_phases(config, args.agents, args.updates, args.trace_dir)

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fusedrl.train.ppo import has_episode
+from fusedrl.metrics import has_episode
 
 
 class Logger(Protocol):
@@ -178,7 +178,7 @@ def spinner(what: str, file=None, *, force_terminal: bool | None = None) -> Iter
     """A spinner with the elapsed time ("compiling ... 12 s") on `file` (default stderr) while the
     block runs, cleared when it ends. Nothing on a file that is not a terminal (logs, pipes),
     unless `force_terminal`. Compiling is most of a short run's time: this shows it is not stuck."""
-    from rich.console import Console
+    from rich.console import Console  # start-up time: rich loads only when something is displayed
 
     console = Console(file=file or sys.stderr, force_terminal=force_terminal)
     if not console.is_terminal:
@@ -216,10 +216,9 @@ def hold_interrupt(what: str, file=None) -> Iterator[None]:
 @contextlib.contextmanager
 def _hold_interrupt(what: str, file=None) -> Iterator[None]:
     """Holds Ctrl-C (SIGINT) until the block ends, then acts on it there (raises KeyboardInterrupt,
-    or calls the handler that was in place before). For compiling: with jax 0.10.2, a Ctrl-C that
-    lands inside XLA's compile abandons it, and the interpreter then crashes as it exits (a segfault,
-    or "pure virtual method called" and an abort, instead of exit status 130; measured with a bare
-    `jax.jit(f).lower(x).compile()`, not with jax 0.11.2). Outside the main thread, or while
+    or calls the handler that was in place before). For compiling: a Ctrl-C that lands inside XLA's
+    compile abandons it, and the interpreter can then crash as it exits (a segfault, or "pure virtual
+    method called" and an abort, instead of exit status 130). Outside the main thread, or while
     SIGINT is ignored, it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -266,7 +265,7 @@ class ProgressBar:
 
     def __init__(self, num_updates: int, batch_size: int, num_seeds: int, *, file=None,
                  description: str = "training", start_update: int = 0):
-        from rich.console import Console
+        from rich.console import Console  # start-up time: rich loads only when something is displayed
 
         self.num_updates, self.batch_size, self.num_seeds = num_updates, batch_size, num_seeds
         self.start_update = start_update
@@ -275,7 +274,7 @@ class ProgressBar:
         self._next_plain = 0.1
         self._progress = None
         if self.console.is_terminal:
-            from rich.progress import (
+            from rich.progress import (  # start-up time, as rich.console above
                 BarColumn,
                 MofNCompleteColumn,
                 Progress,

@@ -42,18 +42,21 @@ from fusedrl import checkpoint as ckpt
 from fusedrl import run_lock
 from fusedrl import streams as _streams
 from fusedrl._argtypes import MAX_KEY_SEED, UsageError, import_modules, module_name_error, seed_error
+from fusedrl.bridge import evaluate as evaluate_on_host
+from fusedrl.bridge import make_host_train
 from fusedrl.envs import make
-from fusedrl.envs.host import is_host_env_id, jax_instead
-from fusedrl.envs.registry import on_register
-from fusedrl.evaluation import evaluate
+from fusedrl.envs.host import is_host_env_id
+from fusedrl.envs.registry import jax_instead, on_register
+from fusedrl.evaluation import EVAL_MAX_STEPS, evaluate  # EVAL_MAX_STEPS re-exported
 from fusedrl.files import write_atomic, write_json
 from fusedrl.loggers import CSVLogger, format_rows, metrics_to_rows
+from fusedrl.metrics import has_episode
 from fusedrl.platform import choices_platform
+from fusedrl.plotting import plot_learning_curve
 from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
 from fusedrl.streams import compile_in_pieces, drive, join_updates, resolve_streams
-from fusedrl.train import PPOConfig, TrainResult, make_train
-from fusedrl.train.config import CONFIGS, strong_hparams
-from fusedrl.train.ppo import has_episode
+from fusedrl.train import TrainResult, make_train
+from fusedrl.train.config import CONFIGS, OnPolicyConfig, strong_hparams
 from fusedrl.trust import check_trusted, named_modules
 from fusedrl.version import __version__
 
@@ -64,13 +67,6 @@ CHECKPOINT_DIR = "checkpoint"
 SUMMARY_FILE = "summary.json"
 
 
-#: The bound on each episode of a run's evaluation (`evaluate(max_steps=...)`) in `train_run` and
-#: `evaluate_run`: an episode still running after it reports NaN (counted in summary.json's
-#: "eval_unfinished_episodes"), instead of the evaluation never returning (an env without a working
-#: time limit). Far above the time limits of our envs and gymnax's (at most a few thousand steps).
-EVAL_MAX_STEPS = 1_000_000
-
-
 class RunFolderExists(FileExistsError):
     pass
 
@@ -78,7 +74,7 @@ class RunFolderExists(FileExistsError):
 # ------------------------------------------------------------------------------- run options
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """How a config is run (not part of PPOConfig): seeds, evaluation, progress."""
+    """How a config is run (not part of the config): seeds, evaluation, progress."""
 
     num_seeds: int = 1
     seed: int = 0
@@ -111,7 +107,7 @@ class RunOptions:
         if pe is not None and (not isinstance(pe, int) or isinstance(pe, bool) or pe < 0):
             raise ValueError(f"progress_every must be an int >= 0 (0 turns progress off), got {pe!r}.")
 
-    def callback_every(self, config: PPOConfig) -> int:
+    def callback_every(self, config: OnPolicyConfig) -> int:
         """Updates between progress rows (to the loggers and the bar); 0 means no progress."""
         if self.progress_every is None:
             # About 50 rows per run: a smooth bar, and each row costs ~1 ms of host time.
@@ -119,7 +115,7 @@ class RunOptions:
         return self.progress_every
 
 
-def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
+def config_document(config: OnPolicyConfig, options: RunOptions) -> dict[str, Any]:
     """The content of config.json."""
     return {
         "fusedrl_version": __version__,
@@ -129,7 +125,7 @@ def config_document(config: PPOConfig, options: RunOptions) -> dict[str, Any]:
     }
 
 
-def check_supported(config: PPOConfig, options: RunOptions) -> None:
+def check_supported(config: OnPolicyConfig, options: RunOptions) -> None:
     """Raises ValueError for a run that `train_run` cannot do, naming the option to change."""
     if is_host_env_id(config.env_id) and options.num_seeds != 1:
         raise ValueError(
@@ -262,7 +258,7 @@ def num_streams(num_seeds: int) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _program(config: PPOConfig, num_seeds: int, platform: str):
+def _program(config: OnPolicyConfig, num_seeds: int, platform: str):
     """(trainer, jitted train of `num_seeds` seeds `train_seeds(keys, hparams)`) for a static setup.
     `platform` (`choices_platform()`, which the trainer's choices are made for) keys the cache only.
 
@@ -277,7 +273,7 @@ def _program(config: PPOConfig, num_seeds: int, platform: str):
 
 
 @functools.lru_cache(maxsize=8)
-def _pieces_program(config: PPOConfig, num_seeds: int, platform: str):
+def _pieces_program(config: OnPolicyConfig, num_seeds: int, platform: str):
     """`_program` for a share run in pieces of updates (`fusedrl.streams`): (trainer, jitted
     `init(keys, hparams)`, jitted `advance(states, hparams, first_update, num_updates)`, the last
     static)."""
@@ -367,7 +363,7 @@ def _forget_programs(env_id: str) -> None:
     _COMPILED.clear()
 
 
-def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,
+def compiled_run(config: OnPolicyConfig, num_seeds: int, callback_every: int, streams: int | None = None, *,
                  checkpoint_every: int = 0, start_update: int = 0):
     """(trainer, `run(keys [num_seeds], hparams, states=None, on_checkpoint=None) -> TrainResult`,
     seconds spent compiling now: 0.0 when reused).
@@ -485,7 +481,7 @@ def compiled_run(config: PPOConfig, num_seeds: int, callback_every: int, streams
 class Run:
     """What `train_run` returns."""
 
-    config: PPOConfig
+    config: OnPolicyConfig
     options: RunOptions
     result: TrainResult | None  # per-seed results, leaves [num_seeds, ...]
     summary: dict[str, Any]
@@ -493,7 +489,7 @@ class Run:
 
 
 def train_run(
-    config: PPOConfig,
+    config: OnPolicyConfig,
     out: str | os.PathLike | None = None,
     *,
     options: RunOptions | None = None,
@@ -507,7 +503,7 @@ def train_run(
     with `out`, writes the run folder.
 
     Args:
-      config: the PPOConfig (e.g. `fusedrl.preset("CartPole-v1")`).
+      config: the algorithm's config (e.g. `fusedrl.preset("CartPole-v1")`).
       out: the run folder, or None to keep everything in memory.
       options: seeds, evaluation episodes, progress interval, checkpoint interval; or pass them
         as keywords.
@@ -645,7 +641,7 @@ def _resume(path: Path, *, progress: bool, loggers: Sequence[Any], progress_file
                   resumed=_Resumed(state, hparams, metrics, start, streams))
 
 
-def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progress: bool,
+def _train(config: OnPolicyConfig, options: RunOptions, path: Path | None, *, progress: bool,
            loggers: Sequence[Any], progress_file, resumed: _Resumed | None = None) -> Run:
     """`train_run`'s work once the folder holds config.json: train (from `resumed` if given),
     save, evaluate, write the summary."""
@@ -792,8 +788,6 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
             final_train_return_per_seed=last_train,
         )
         if path is not None:
-            from fusedrl.plotting import plot_learning_curve
-
             title = f"{config.env_id}, {options.num_seeds} seed(s)"
             plot_learning_curve(result.metrics, path / CURVE_FILE, title=title)
         summary["status"] = "finished"
@@ -810,14 +804,12 @@ def _train(config: PPOConfig, options: RunOptions, path: Path | None, *, progres
     return Run(config, options, result, summary, path)
 
 
-def _train_bridge(config: PPOConfig, key: jax.Array, every: int, monitor: Monitor) -> TrainResult:
+def _train_bridge(config: OnPolicyConfig, key: jax.Array, every: int, monitor: Monitor) -> TrainResult:
     """One seed through the host bridge (`fusedrl.bridge`), as a result with a seed axis of 1.
 
     The host loop calls `monitor` itself every `every` updates (0: never). A Gymnasium env steps in
     Python, so neither vmap (several seeds) nor one compiled program (compile time apart) applies.
     """
-    from fusedrl.bridge import make_host_train
-
     train = make_host_train(config, **({"callback": monitor, "callback_every": every} if every else {}))
     with _stop_guard(monitor, every, config.num_updates):
         result = jax.block_until_ready(train(key))
@@ -859,7 +851,7 @@ def unfinished_episodes(returns: np.ndarray, diverged: Sequence[int]) -> int:
     return int(np.isnan(returns[keep]).sum())
 
 
-def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
+def evaluate_seeds(config: OnPolicyConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
                    progress_file=None, greedy: bool = True, max_steps: int | None = None) -> np.ndarray:
     """Greedy (or, with greedy=False, sampled) returns [num_seeds, num_episodes] of a result whose
     leaves have a seed axis; each seed gets its own key split from `key` (as `fusedrl.evaluate`
@@ -871,7 +863,6 @@ def evaluate_seeds(config: PPOConfig, result: TrainResult, key: jax.Array, num_e
             returns = np.asarray(evaluate(config, result, key, num_episodes, greedy=greedy,
                                           max_steps=max_steps))
         return returns[None] if returns.ndim == 1 else returns
-    from fusedrl.bridge import evaluate as evaluate_on_host
 
     num_seeds = jax.tree.leaves(result.params)[0].shape[0]
     keys = jax.random.split(key, num_seeds)
@@ -913,7 +904,7 @@ def _read_run_config(run_dir: Path, trust_imports: bool) -> tuple[dict[str, Any]
 
 
 def load_run_config(run_dir: str | os.PathLike, *,
-                    trust_imports: bool = False) -> tuple[PPOConfig, RunOptions]:
+                    trust_imports: bool = False) -> tuple[OnPolicyConfig, RunOptions]:
     """The config (of the run's algorithm) and RunOptions in a run folder's config.json, after
     importing the modules it names: its `imports` (those that register the run's env: `fusedrl
     train --import` records them) and the module of its own network ("module:function").

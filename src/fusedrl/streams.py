@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
 from fusedrl.platform import choices_platform
 from fusedrl.train import TrainResult
 

@@ -48,6 +48,9 @@ from fusedrl._argtypes import (
 )
 from fusedrl._json import dumps as strict_json
 
+# Start-up time: JAX, the environments and the sweeps are imported inside the functions that need
+# them, so that `fusedrl sweep --help` and usage errors answer at once.
+
 EPILOG = __doc__.split("\n\n", 1)[1].rsplit("\n\nHook into", 1)[0]
 
 
@@ -142,7 +145,8 @@ def build_config(args, axes: Mapping[str, Any] | None = None):
     algorithm's field is refused by name). A field both fixed here and swept in `axes` is an
     error: the sweep would silently override the --set."""
     from fusedrl.envs import make
-    from fusedrl.envs.host import is_host_env_id, jax_twin
+    from fusedrl.envs.host import is_host_env_id
+    from fusedrl.envs.registry import jax_twin
     from fusedrl.train import preset
     from fusedrl.train.config import config_class
 

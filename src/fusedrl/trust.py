@@ -46,6 +46,7 @@ class UntrustedImportsError(ValueError):
 def named_modules(fields: Mapping[str, Any], imports: Sequence[str]) -> list[tuple[str, str]]:
     """(module, what names it) for every module a config would import: each of its run's `imports`,
     then the module of its `network` "module:function" (not a built-in network such as "cnn")."""
+    # Start-up time: networks loads JAX, and the CLI checks trust before it needs JAX.
     from fusedrl.networks import BUILTIN_NETWORKS, network_module, network_path_error
 
     named = [(m, "imports") for m in imports]

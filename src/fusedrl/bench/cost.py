@@ -70,7 +70,7 @@ def update_cost(config, agents: int = 1) -> dict:
     import fusedrl
     from fusedrl.train.losses import Batch
     from fusedrl.train.rollout import rollout
-    from fusedrl.train.trainer import typed_key
+    from fusedrl.train.state import typed_key
 
     train = fusedrl.make_train(config)
     hparams = train.default_hparams()

@@ -84,7 +84,7 @@ def per_rollout_returns(completed: list[list[float]]) -> np.ndarray:
 
 def run_bridge(total_timesteps: int, seed: int = 0, **overrides) -> dict[str, Any]:
     """Trains gymnasium:CartPole-v1 through the host bridge, timing every update."""
-    from fusedrl.train import make_train
+    from fusedrl.learners import make_train
 
     config = _config("gymnasium:CartPole-v1", total_timesteps, **overrides)
     stamps: list[float] = []

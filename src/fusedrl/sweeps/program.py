@@ -32,12 +32,14 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fusedrl._argtypes import is_int
-from fusedrl.envs.host import is_host_env_id, jax_instead
-from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, on_register
+from fusedrl._numbers import is_int
+from fusedrl.envs.host import is_host_env_id
+from fusedrl.envs.registry import GYMNAX_DERIVED_PARAMS, jax_instead, on_register
+from fusedrl.evaluation import EVAL_MAX_STEPS, evaluate
 from fusedrl.platform import choices_platform
 from fusedrl.progress import hold_interrupt
 from fusedrl.streams import (
@@ -52,7 +54,8 @@ from fusedrl.sweeps.result import SweepResult
 from fusedrl.sweeps.space import check_axes, layout
 from fusedrl.train import CONFIGS, Hyperparams, OnPolicyConfig, TrainResult, make_train
 from fusedrl.train.config import number_dtype
-from fusedrl.train.ppo import check_callback, typed_key
+from fusedrl.train.state import typed_key
+from fusedrl.train.trainer import check_callback
 
 RUN_AXIS = "runs"  # mesh axis the sweep's runs are split along
 
@@ -171,7 +174,7 @@ def sweep(
         one stream per usable CPU core (capped at the number of runs) on a single CPU device, else
         1. See the module docstring and `fusedrl.streams` for why.
       eval_episodes: end the sweep with a greedy evaluation of every run, this many episodes each
-        (`fusedrl.evaluate`, episodes bounded by `fusedrl.runs.EVAL_MAX_STEPS` steps), into
+        (`fusedrl.evaluate`, episodes bounded by `fusedrl.evaluation.EVAL_MAX_STEPS` steps), into
         `SweepResult.eval_returns` and the tables' "eval_return". The evaluation key is `key`
         folded with a constant, split into one key per run. None (default): no evaluation.
       **axes: field=values, e.g. lr=[1e-4, 3e-4], gravity=[9.8, 12.0]. Traced fields only. Values
@@ -253,8 +256,6 @@ def _evaluate_runs(config: OnPolicyConfig, values, result: TrainResult, key: jax
     each run with its own key split from `key` folded with `_EVAL_SALT`. Each run's envs step with
     its own env params; the config's values of swept env params are no run's, so they are left
     out of the config `evaluate` checks the result against."""
-    from fusedrl.evaluation import evaluate
-    from fusedrl.runs import EVAL_MAX_STEPS
 
     unswept = {k: v for k, v in config.env_params.items() if k not in values}
     eval_config = config.replace(env_params=unswept)
@@ -448,7 +449,6 @@ def _fetch_if_multihost(out):
     """On several processes each holds only its devices' runs: gather every run to every host."""
     if jax.process_count() == 1:
         return out
-    from jax.experimental import multihost_utils
 
     return jax.tree.map(
         lambda x: _through_key_data(lambda a: multihost_utils.process_allgather(a, tiled=True), x), out

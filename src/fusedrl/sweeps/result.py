@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fusedrl.metrics import episode_values
 from fusedrl.plotting import iqm_band
 from fusedrl.train import Hyperparams, OnPolicyConfig, TrainResult, make_train
-from fusedrl.train.ppo import episode_values
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

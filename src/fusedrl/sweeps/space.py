@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl._argtypes import is_int
+from fusedrl._numbers import is_int
+from fusedrl.envs import make
 from fusedrl.envs.registry import check_env_param
 from fusedrl.sweeps.result import as_python, values_match
 from fusedrl.train import OnPolicyConfig
@@ -64,8 +65,6 @@ class Choice:
 # --------------------------------------------------------------------------------- axis specs
 def env_param_fields(config: OnPolicyConfig) -> dict[str, Any]:
     """The env's params fields and their values for `config` (defaults with overrides)."""
-    from fusedrl.envs import make
-
     params = make(config.env_id, **config.env_params)[1]
     if params is None:  # a multi-agent env (JaxMARL's contract) has no params
         return {}

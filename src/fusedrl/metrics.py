@@ -1,0 +1,51 @@
+"""The names of a run's per-update metrics and how to read their episode statistics.
+
+Every learner (the fused trainer, the host trainer) reports these metrics; loggers, progress
+displays, plots and summaries read them. Plain NumPy: reading metrics needs no JAX or trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+#: The metrics every learner reports per update, in this order (arrays [num_updates] in a
+#: `TrainResult`, one row per update in a run's metrics.csv).
+METRIC_NAMES = (
+    "episode_return",
+    "episode_length",
+    "episodes_completed",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_fraction",
+    "gradient_steps",
+    "explained_variance",
+    "learning_rate",
+    "env_steps",
+)
+
+#: Metrics that are means over the episodes completed in an update (see `TrainResult`).
+EPISODE_METRICS = ("episode_return", "episode_length")
+
+
+def has_episode(metrics: Mapping[str, Any]):
+    """Whether each update's episode statistics (in metrics arrays, or one logged row) come from a
+    completed episode: False before the first (where they are 0.0, with `episode_length` 0, which
+    no completed episode has). True where `episode_length` is not recorded."""
+    return np.asarray(metrics.get("episode_length", 1)) > 0
+
+
+def episode_values(metrics: Mapping[str, Any], name: str) -> np.ndarray:
+    """`metrics[name]` as float64, NaN where it is no episode's statistic (`has_episode` False);
+    other metrics unchanged. For summaries and plots: `np.nanmax`, gaps in curves."""
+    values = np.asarray(metrics[name], np.float64)
+    if name in EPISODE_METRICS:
+        values = np.where(has_episode(metrics), values, np.nan)
+    return values
+
+
+__all__ = ["EPISODE_METRICS", "METRIC_NAMES", "episode_values", "has_episode"]
