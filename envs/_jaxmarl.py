@@ -9,13 +9,36 @@ episode: `TeamEnv` reports it as truncation, where JaxMARL's own `dones` call it
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import jax
-import jaxmarl
 
 from fusedrl.envs._gymnax import spaces
 from fusedrl.envs.suites import suite_code
+
+
+def _import_quietly():
+    """`import jaxmarl`, without the two lines jaxmarl 0.2 prints to stdout when imported ("Importing
+    submoduled environments..."): stdout is `fusedrl envs`' and the user's own. `contextlib.
+    redirect_stdout` did not catch them (jaxmarl 0.2.0), so file descriptor 1 itself points at
+    /dev/null meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            import jaxmarl  # optional dependency: the jaxmarl extra
+
+            sys.stdout.flush()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    return jaxmarl
+
+
+jaxmarl = _import_quietly()
 
 #: The JaxMARL envs offered (tests/test_suite_jaxmarl.py): MPE with discrete actions, whose agents share one
 #: observation shape and action space.

@@ -14,6 +14,7 @@ from fusedrl._warnings import warn_user
 from fusedrl.envs import suites
 from fusedrl.envs._gymnax import environment
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id, make_host_env
+from fusedrl.envs.multiagent import check_multi_agent_env, is_multi_agent
 
 GYMNAX_PREFIX = "gymnax:"
 
@@ -154,7 +155,6 @@ def _make_suite_env(env_id: str, prefix: str, name: str) -> Any:
             raise ValueError(f"{env_id}: {why}")
         raise _unknown(env_id, [f"{prefix}:{n}" for n in names])
     env = suites.make_env(prefix, name)
-    from fusedrl.envs.multiagent import check_multi_agent_env, is_multi_agent  # lazy: no import circle
 
     if is_multi_agent(env):
         check_multi_agent_env(env_id, env)
@@ -348,7 +348,6 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
                 raise _unknown_prefix(env_id)
             raise _unknown(env_id, registered_ids())
         env = _REGISTRY[env_id]()
-        from fusedrl.envs.multiagent import check_multi_agent_env, is_multi_agent  # lazy: no import circle
 
         if is_multi_agent(env):  # JaxMARL's MultiAgentEnv contract: no params (fusedrl.envs.multiagent)
             check_multi_agent_env(env_id, env)

@@ -439,7 +439,7 @@ class Trainer:
         flags = flags.astype(jnp.int32)
         if self.axis_name is not None:
             flags = jax.lax.pmax(flags, self.axis_name)
-        return jnp.sum(flags << jnp.arange(flags.shape[0], dtype=jnp.int32))
+        return jnp.sum(flags << jnp.arange(flags.shape[0], dtype=jnp.int32), dtype=jnp.int32)
 
     def check(self, result, first_update: int = 0) -> None:
         """Raises `EnvFaultError` naming the env, the broken field and the first update where the env
