@@ -20,11 +20,13 @@ from fusedrl.envs.suites import suite_code
 
 
 def _import_quietly():
-    """`import jaxmarl`, without the two lines jaxmarl 0.2 prints to stdout when imported ("Importing
-    submoduled environments..."): stdout is `fusedrl envs`' and the user's own. `contextlib.
-    redirect_stdout` did not catch them (jaxmarl 0.2.0), so file descriptor 1 itself points at
-    /dev/null meanwhile."""
-    sys.stdout.flush()
+    """`import jaxmarl`, leaving stdout and stderr as they were. jaxmarl 0.2.0 prints two lines to
+    stdout when imported ("Importing submoduled environments..."), and its MABrax module sets
+    `sys.stdout` and `sys.stderr` back to `sys.__stdout__`/`sys.__stderr__` after importing brax,
+    which undoes any redirection (pytest's capture, `contextlib.redirect_stdout`, a notebook's). So
+    file descriptor 1 points at /dev/null during the import, and the two streams are put back after."""
+    out, err = sys.stdout, sys.stderr
+    out.flush()
     saved = os.dup(1)
     try:
         with open(os.devnull, "w") as null:
@@ -35,6 +37,7 @@ def _import_quietly():
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        sys.stdout, sys.stderr = out, err
     return jaxmarl
 
 

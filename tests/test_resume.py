@@ -257,6 +257,9 @@ def test_checkpoint_option_errors(tmp_path):
     code, _, err = run_cli("train", "--resume", tmp_path, "--set", "lr=1e-3", "--seed", 3)
     assert code == 2 and "drop --set, --seed" in err and "--out NEW_DIR" in err
     code, _, err = run_cli("train", "--resume", tmp_path / "nothing")
+    assert code == 2 and "nothing: no such folder" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_cli("train", "--resume", tmp_path / "empty")
     assert code == 2 and "config.json is missing" in err
     code, _, err = run_cli("train", "--env", "CartPole-v1", "--checkpoint-every", -2, "--out", tmp_path / "x")
     assert code == 2 and "checkpoint_every must be an int >= 0" in err and not (tmp_path / "x").exists()

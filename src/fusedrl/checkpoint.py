@@ -31,7 +31,9 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
+import traceback
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -346,6 +348,28 @@ def templates(config: OnPolicyConfig, num_seeds: int | None, key_impl: str | Non
     return state, hparams
 
 
+def _ignore_callbacks_into_closed_loops() -> None:
+    """After orbax fails to read a checkpoint, the reads of its other arrays still run in
+    tensorstore's threads; orbax has already closed the event loop they report to, so each one's
+    callback raises "Event loop is closed", which Python prints as a traceback through
+    `sys.unraisablehook`, at any moment until the process exits. This hook drops exactly those (a
+    RuntimeError raised in asyncio's `call_soon_threadsafe`) and passes everything else on."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_fusedrl_closed_loop_filter", False):
+        return
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        frames = traceback.extract_tb(unraisable.exc_traceback) if unraisable.exc_traceback else []
+        if (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+                and any(f.name == "call_soon_threadsafe" for f in frames)):
+            return
+        previous(unraisable)
+
+    hook._fusedrl_closed_loop_filter = True
+    sys.unraisablehook = hook
+
+
 def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
     """Reads a checkpoint written by `save`.
 
@@ -401,6 +425,7 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
     try:
         arrays = dict(checkpointer.restore(path / "arrays"))
     except Exception as e:  # orbax raises many types for damaged files
+        _ignore_callbacks_into_closed_loops()
         raise CheckpointDamaged(f"{path}: cannot read the checkpoint arrays ({type(e).__name__}: "
                                 f"{e}).") from e
     finally:

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fusedrl.run_lock import LOCK_FILE
+
 #: The run every process trains: a few seconds of CartPole, a checkpoint after every update.
 RUN_ARGS = ("--env", "CartPole-v1", "--set", "num_envs=8", "--set", "num_steps=16", "--set",
             "hidden_sizes=16", "--set", "update_epochs=2", "--set", "num_minibatches=2",
@@ -83,11 +85,13 @@ def _stamp(run_dir: Path):
 
 
 def debris(run_dir: Path) -> list[str]:
-    """Hidden files and folders of interrupted writes left in `run_dir` (and its checkpoint)."""
+    """Hidden files and folders of interrupted writes left in `run_dir` (and its checkpoint); the run
+    folder's lock file (`fusedrl.run_lock.LOCK_FILE`) stays by design and is none of them."""
     found = []
     for folder in (run_dir, run_dir / "checkpoint"):
         if folder.is_dir():
-            found += [str(p.relative_to(run_dir)) for p in folder.iterdir() if p.name.startswith(".")]
+            found += [str(p.relative_to(run_dir)) for p in folder.iterdir()
+                      if p.name.startswith(".") and not (folder == run_dir and p.name == LOCK_FILE)]
     return sorted(found)
 
 
