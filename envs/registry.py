@@ -145,15 +145,7 @@ def registered_ids(include_gymnax: bool = True, include_suites: bool = False) ->
 
 
 def _make_suite_env(env_id: str, prefix: str, name: str) -> Any:
-    """The env of a suite id ("brax:ant"): errors name the install command (suite missing) or the
-    suite's ids, closest first (name unknown)."""
-    module = suites.adapter(prefix)
-    names = module.env_names()
-    if name not in names:
-        why = getattr(module, "unavailable", lambda name: None)(name)  # e.g. it needs a download
-        if why:
-            raise ValueError(f"{env_id}: {why}")
-        raise _unknown(env_id, [f"{prefix}:{n}" for n in names])
+    """The env of a suite id ("brax:ant") that `check_env_id` accepted."""
     env = suites.make_env(prefix, name)
 
     if is_multi_agent(env):
@@ -263,8 +255,9 @@ def check_env_param(env_id: str, name: str, value: Any, default: Any) -> Any:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raises the error `make(env_id)` would for an id that names no environment (the closest ids
-    named), without building one. A "gymnasium:" id is left to `make` (Gymnasium resolves it)."""
+    """Raises, for an id that names no environment, the error `make` gives (it runs this check first):
+    the closest ids, a suite's install command or why an id is not offered; builds nothing. A
+    "gymnasium:" id is left to `make` (Gymnasium resolves it)."""
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {type(env_id).__name__}.")
     if env_id in _REGISTRY or env_id.startswith(GYMNASIUM_PREFIX):
@@ -322,8 +315,7 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
     Returns:
       (env, env_params).
     """
-    if not isinstance(env_id, str):
-        raise TypeError(f"env_id must be a string, got {type(env_id).__name__}.")
+    check_env_id(env_id)  # an id that names no env: the error names the closest ids or the fix
     # --- host bridge: "gymnasium:<id>" is a Gymnasium env stepped on the host (envs/host.py).
     if env_id.startswith(GYMNASIUM_PREFIX):
         return make_host_env(env_id, **overrides)
@@ -331,22 +323,13 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
     if env_id.startswith(GYMNAX_PREFIX):
         import gymnax  # start-up time: gymnax's env families take seconds to import
 
-        name = env_id[len(GYMNAX_PREFIX) :]
-        if name not in gymnax.registered_envs:
-            raise _unknown(env_id, registered_ids())
-        env, params = gymnax.make(name)
+        env, params = gymnax.make(env_id[len(GYMNAX_PREFIX) :])
     elif env_id not in _REGISTRY and (suite := suites.split_id(env_id)):
         env = _make_suite_env(env_id, *suite)
         if not hasattr(env, "default_params"):  # a multi-agent env (jaxmarl:): no params
             return _multi_agent(env_id, env, overrides)
         params = env.default_params
     else:
-        if env_id not in _REGISTRY:
-            prefix = env_id.partition(":")[0] + ":"
-            if ":" in env_id and prefix[:-1] not in suites.known_prefixes() and not any(
-                    i.startswith(prefix) for i in _REGISTRY):
-                raise _unknown_prefix(env_id)
-            raise _unknown(env_id, registered_ids())
         env = _REGISTRY[env_id]()
 
         if is_multi_agent(env):  # JaxMARL's MultiAgentEnv contract: no params (fusedrl.envs.multiagent)
