@@ -43,6 +43,7 @@ from flax import struct
 from jumanji import specs
 from jumanji.types import StepType
 
+from fusedrl.envs import _jumanji_marl
 from fusedrl.envs._gymnax import environment, spaces
 from fusedrl.envs.base import Environment, MultiDiscrete
 
@@ -134,8 +135,6 @@ def make_env(name: str) -> Any:
     if why:
         raise ValueError(f"jumanji:{name}: {why}")
     if name in _MULTI_AGENT:
-        from fusedrl.envs import _jumanji_marl
-
         return _jumanji_marl.make_env(name)
     suite, limit = _build(name)
     return JumanjiEnv(name, suite, limit)

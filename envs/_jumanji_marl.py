@@ -40,6 +40,8 @@ import jax.numpy as jnp
 import jumanji
 import numpy as np
 from flax import struct
+from jumanji.environments.routing.cleaner.constants import DIRTY, WALL
+from jumanji.environments.routing.connector.constants import PATH
 from jumanji.types import StepType
 
 from fusedrl.envs._gymnax import spaces
@@ -59,8 +61,6 @@ def _connector_view(obs) -> jax.Array:
     """Connector: each agent's grid [A, G * G * 2] as Jumanji's `process_grid` makes it (in
     jumanji.training, which needs dm-haiku): channel 0 the agent's own path, head and target as 1,
     2, 3; channel 1 every other agent's as 1, 2, 3 too, without telling them apart."""
-    from jumanji.environments.routing.connector.constants import PATH
-
     grid = obs.grid[..., None]  # [G, G, 1]; agent i's path, head, target are 3i+1, 3i+2, 3i+3
 
     def one(agent):
@@ -73,8 +73,6 @@ def _connector_view(obs) -> jax.Array:
 
 
 def _cleaner_channels(obs) -> tuple[jax.Array, jax.Array, jax.Array]:
-    from jumanji.environments.routing.cleaner.constants import DIRTY, WALL
-
     rows, cols = obs.agents_locations[:, 0], obs.agents_locations[:, 1]
     agents = jnp.zeros(obs.grid.shape, jnp.float32).at[rows, cols].add(1.0)  # agents per tile
     return (obs.grid == DIRTY).astype(jnp.float32), (obs.grid == WALL).astype(jnp.float32), agents
