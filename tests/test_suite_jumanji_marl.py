@@ -267,7 +267,8 @@ def test_the_cli_trains_ippo_and_mappo_on_level_based_foraging(critic, tmp_path)
     out = tmp_path / "run"
     code, stdout, err = _cli("train", "--env", "jumanji:LevelBasedForaging-v0", "--set", f"critic={critic}",
                              "--set", "num_envs=4", "--set", "num_steps=25", "--set", "hidden_sizes=16",
-                             "--total-timesteps", str(4 * 25 * 4), "--eval-episodes", "1", "--no-progress",
+                             "--total-timesteps", str(4 * 25 * 4), "--num-seeds", "2", "--eval-episodes", "1",
+                             "--no-progress",
                              "--checkpoint-every", "0", "--out", out)
     assert code == 0, err[-3000:]
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
@@ -275,5 +276,7 @@ def test_the_cli_trains_ippo_and_mappo_on_level_based_foraging(critic, tmp_path)
     # 4 envs x 100 steps: every env's first episode ended by the last update (LevelBasedForaging's time
     # limit is 100 steps).
     lines = (out / "metrics.csv").read_text().splitlines()
-    last = dict(zip(lines[0].split(","), lines[-1].split(","), strict=True))
-    assert int(last["episodes_completed"]) >= 1 and 1 <= float(last["episode_length"]) <= 100
+    rows = [dict(zip(lines[0].split(","), line.split(","), strict=True)) for line in lines[1:]]
+    for seed in ("0", "1"):  # two seeds in one program
+        last = [r for r in rows if r["seed"] == seed][-1]
+        assert int(last["episodes_completed"]) >= 1 and 1 <= float(last["episode_length"]) <= 100
