@@ -367,11 +367,11 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     assert code == 0, err
     assert f"mean      {summary['eval_return_mean']:10.1f}" in out, (summary, out)
     # Stopped while evaluating: --resume evaluates the saved agent, and trains nothing again.
-    from fusedrl import runs
+    from fusedrl import run_driver
 
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runs, "_train_bridge", None)  # calling it would fail
+        mp.setattr(run_driver, "train_bridge", None)  # calling it would fail
         code, out, err = _cli("train", "--resume", run_dir, "--no-progress")
     assert code == 0, err
     assert "resumed after update 3, the last: nothing left to train" in out

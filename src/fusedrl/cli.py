@@ -206,6 +206,13 @@ def cmd_sweep(args) -> int:
 # ----------------------------------------------------------------------------------- train
 def resolve(args) -> tuple[OnPolicyConfig, Any]:
     """The config and RunOptions a `train` command asks for (no work done yet)."""
+    config, options, _ = resolve_run(args)
+    return config, options
+
+
+def resolve_run(args) -> tuple[OnPolicyConfig, Any, tuple[Any, Any]]:
+    """The config, RunOptions and built (env, env_params) of the run a `train` command asks for
+    (the env is built here, once: the run takes it over)."""
     from fusedrl.envs import make
     from fusedrl.envs.host import HostEnvError, is_host_env_id
     from fusedrl.runs import RunOptions, check_supported, read_config_file
@@ -252,10 +259,12 @@ def resolve(args) -> tuple[OnPolicyConfig, Any]:
         base = {**base, "env_id": env_id}  # a file without env_id trains --env's env, not PPOConfig's default
     else:
         env_id, base, algo = args.env, {}, args.algo or "ppo"
+    base_env_params = dict(base.get("env_params", {}))
     try:
-        env_params = make(env_id, **dict(base.get("env_params", {})))[1]
+        built = make(env_id, **base_env_params)
     except (ValueError, TypeError, HostEnvError) as e:  # HostEnvError: gymnasium.make refused the params
         raise CLIError(str(e)) from None
+    env_params = built[1]
 
     overrides = parse_overrides(args.overrides, env_param_defaults(env_params),
                                 total_timesteps=args.total_timesteps, config_cls=config_class(algo))
@@ -270,7 +279,9 @@ def resolve(args) -> tuple[OnPolicyConfig, Any]:
             config = config_class(algo).from_dict({**base, **overrides})
         else:
             config = preset(env_id, algo=algo, **{k: v for k, v in overrides.items() if k != "env_id"})
-        env, env_params = make(config.env_id, **config.env_params)
+        if config.env_id != env_id or dict(config.env_params) != base_env_params:  # --set env_params.*
+            built = make(config.env_id, **config.env_params)
+        env, env_params = built
         if is_host_env_id(config.env_id):  # the config's rules that need the env, before any compile
             from fusedrl.bridge import check_host_config
 
@@ -294,7 +305,7 @@ def resolve(args) -> tuple[OnPolicyConfig, Any]:
         check_supported(config, options)
     except (TypeError, ValueError) as e:
         raise CLIError(str(e)) from None
-    return config, options
+    return config, options, built
 
 
 def default_out(env_id: str, root: Path = Path("runs")) -> Path:
@@ -315,8 +326,9 @@ RESUME_CONFLICTS = (("env", "--env"), ("algo", "--algo"), ("config", "--config")
                     ("checkpoint_every", "--checkpoint-every"))
 
 
-def resolve_resume(args) -> tuple[OnPolicyConfig, Any]:
-    """The config and RunOptions of the run folder `--resume` continues."""
+def resolve_resume(args) -> tuple[OnPolicyConfig, Any, tuple[Any, Any] | None]:
+    """The config, RunOptions and built (env, env_params) of the run folder `--resume` continues
+    (None for a "gymnasium:" env: the run builds it)."""
     from fusedrl import run_lock
     from fusedrl.envs import make
     from fusedrl.envs.host import is_host_env_id
@@ -340,12 +352,13 @@ def resolve_resume(args) -> tuple[OnPolicyConfig, Any]:
     except (OSError, ValueError) as e:
         raise CLIError(str(e)) from None
     args.resumed_status = run_status(args.resume)  # "interrupted" where its writer died
+    built = None
     if not is_host_env_id(config.env_id):
         try:  # an env registered by a module: without its --import, a usage error (as without --resume)
-            make(config.env_id, **config.env_params)
+            built = make(config.env_id, **config.env_params)
         except (TypeError, ValueError) as e:
             raise CLIError(str(e)) from None
-    return config, options
+    return config, options, built
 
 
 #: In a run folder: the project and each seed's W&B run id, so that `--resume` continues those runs.
@@ -416,10 +429,10 @@ def cmd_train(args) -> int:
     from fusedrl.train.trainer import EnvFaultError
 
     if args.resume is not None:
-        config, options = resolve_resume(args)
+        config, options, env = resolve_resume(args)
         out = args.resume
     else:
-        config, options = resolve(args)
+        config, options, env = resolve_run(args)
         out = args.out if args.out is not None else default_out(config.env_id)
     loggers: list[Any] = []
     # Check the optional backends now (a missing package is a usage error, before any work), but
@@ -461,10 +474,10 @@ def cmd_train(args) -> int:
     try:
         if args.resume is not None:
             run = resume_run(out, progress=not args.no_progress, loggers=loggers,
-                             trust_imports=args.trust_imports)
+                             trust_imports=args.trust_imports, env=env)
         else:
             run = train_run(config, out, options=options, overwrite=args.overwrite,
-                            progress=not args.no_progress, loggers=loggers)
+                            progress=not args.no_progress, loggers=loggers, env=env)
     except (RunFolderExists, RunFolderLocked, ResumeError, CheckpointError, EnvFaultError) as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
