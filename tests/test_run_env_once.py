@@ -30,7 +30,8 @@ class CountedCartPole(CartPole):
 
 @pytest.fixture
 def counted_env(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the registration ends with the test
+    # The registration ends with the test.
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     fusedrl.register(ENV_ID, CountedCartPole)
     CountedCartPole.built = 0
     return CountedCartPole

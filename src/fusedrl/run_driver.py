@@ -20,14 +20,7 @@ from fusedrl.bridge import make_host_train
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.loggers import CSVLogger, metrics_to_rows
 from fusedrl.progress import Monitor, ProgressBar, dispatch, hold_interrupt, interrupt_guard, is_interrupt
-from fusedrl.run_folder import (
-    METRICS_FILE,
-    Resumed,
-    RunOptions,
-    error_record,
-    save_checkpoint,
-    write_summary,
-)
+from fusedrl.run_folder import METRICS_FILE, Resumed, RunOptions, error_record
 from fusedrl.run_programs import compiled_programs, num_streams, pieces_plan
 from fusedrl.streams import drive, join_updates
 from fusedrl.train import TrainResult, make_train
@@ -165,16 +158,18 @@ class Trained:
     result: TrainResult
     trainer: Any
     start: int  # the update training started from: 0, or where a resumed run continued
+    progress_every: int  # updates between progress rows (`RunOptions.callback_every`; 0: none)
     compile_seconds: float | None  # None: the host bridge compiles while it trains
     train_seconds: float
 
 
-def train_seeds(config: OnPolicyConfig, options: RunOptions, path: Path | None, env: tuple[Any, Any],
-                summary: dict[str, Any], *, progress: bool, loggers: Sequence[Any], progress_file,
-                resumed: Resumed | None = None) -> Trained:
-    """Trains every seed of the run (from `resumed` if given) with progress, loggers and, in `path`,
-    checkpoints; `summary` gets the mode and host threads. An interrupted or failed run leaves
-    summary.json saying so (status, updates logged, the error) and raises."""
+def train_seeds(config: OnPolicyConfig, options: RunOptions, env: tuple[Any, Any], summary: dict[str, Any], *,
+                path: Path | None, progress: bool, loggers: Sequence[Any], progress_file,
+                resumed: Resumed | None = None, on_checkpoint=None) -> Trained:
+    """Trains every seed of the run (from `resumed` if given) with progress and loggers (metrics.csv
+    too, in `path`); `on_checkpoint(result so far)` at every checkpoint (`options.checkpoint_every`),
+    the result's metrics from update 1 on. `summary` gets the mode and host threads; an interrupted
+    or failed run raises with `summary` saying so (status, updates logged, the error)."""
     bridge = is_host_env_id(config.env_id)
     start = 0 if resumed is None else resumed.update
     every = options.callback_every(config)
@@ -193,18 +188,17 @@ def train_seeds(config: OnPolicyConfig, options: RunOptions, path: Path | None, 
     except BaseException as e:  # a logger that fails to start (e.g. wandb.init): close the others
         _close(sinks)
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-        write_summary(path, {**summary, "status": status, "failed_while": "starting loggers",
-                             "updates_logged": 0, "error": error_record(e)})
+        summary.update(status=status, failed_while="starting loggers", updates_logged=0,
+                       error=error_record(e))
         raise
     monitor = Monitor(options.num_seeds, config.batch_size, sinks)
     monitor.last_update = start
     keys = jax.random.split(jax.random.key(options.seed), options.num_seeds)
 
-    def checkpoint_during_training(result: TrainResult) -> None:  # metrics from the start of this process
+    def checkpoint(result: TrainResult) -> None:  # its metrics from the start of this process
         if resumed is not None:
             result = result.replace(metrics=join_updates([resumed.metrics, result.metrics]))
-        save_checkpoint(path, config, options, result, summary)
-        write_summary(path, summary)
+        on_checkpoint(result)
     try:
         train = None
         if start == config.num_updates:  # resumed after its last update: nothing left to train
@@ -240,7 +234,7 @@ def train_seeds(config: OnPolicyConfig, options: RunOptions, path: Path | None, 
                 try:
                     result = jax.block_until_ready(run_seeds(
                         keys, hparams, states=None if resumed is None else resumed.state,
-                        on_checkpoint=None if path is None else checkpoint_during_training,
+                        on_checkpoint=None if on_checkpoint is None else checkpoint,
                     ))
                 except Exception as e:
                     if is_interrupt(e, monitor):
@@ -258,16 +252,14 @@ def train_seeds(config: OnPolicyConfig, options: RunOptions, path: Path | None, 
                 sink.log(config.num_updates, rows)
     except KeyboardInterrupt:
         summary.update(status="interrupted", updates_logged=monitor.last_update)
-        write_summary(path, summary)
         raise
     except Exception as e:
         summary.update(status="failed", failed_while="training", updates_logged=monitor.last_update,
                        error=error_record(e))
-        write_summary(path, summary)
         raise
     finally:
         _close(sinks)
-    return Trained(result, train, start, compile_s, run_s)
+    return Trained(result, train, start, every, compile_s, run_s)
 
 
 def train_bridge(config: OnPolicyConfig, key: jax.Array, every: int, monitor: Monitor,

@@ -309,6 +309,25 @@ def save_checkpoint(path: Path, config: OnPolicyConfig, options: RunOptions, res
     summary["checkpoint_update"] = update
 
 
+def save_results(path: Path, config: OnPolicyConfig, options: RunOptions, metrics: dict[str, Any],
+                 result: TrainResult, summary: dict[str, Any]) -> None:
+    """A trained run's metrics.csv (from `metrics`: `result`'s, on the host) and final checkpoint."""
+    write_metrics(path, metrics)
+    save_checkpoint(path, config, options, result, summary)
+
+
+def create_folder(out: str | os.PathLike, config: OnPolicyConfig, options: RunOptions, *,
+                  overwrite: bool) -> tuple[Path, run_lock.RunLock]:
+    """The run folder of a new run (`prepare_folder`), locked and holding its config.json."""
+    path, lock = prepare_folder(out, overwrite=overwrite)
+    try:
+        write_json(path / CONFIG_FILE, config_document(config, options))
+    except BaseException:
+        lock.release()
+        raise
+    return path, lock
+
+
 class ResumeError(ValueError):
     """A run folder that cannot be resumed; the message says why and what to do instead."""
 

@@ -80,11 +80,11 @@ def _strong(result: TrainResult) -> TrainResult:
 
 
 def _program(train: Trainer):
-    """The jitted train of a share of seeds, `train_seeds(keys, hparams)`, as one program."""
-    def train_seeds(keys, hparams):
+    """The jitted train of a share of seeds, `train_share(keys, hparams)`, as one program."""
+    def train_share(keys, hparams):
         return _strong(jax.vmap(lambda key: train.run(train.init(key, hparams), hparams))(keys))
 
-    return jax.jit(train_seeds)
+    return jax.jit(train_share)
 
 
 def _pieces_program(train: Trainer):

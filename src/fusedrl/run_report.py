@@ -30,9 +30,7 @@ from fusedrl.run_folder import (
     error_record,
     load_run_config,
     run_status,
-    save_checkpoint,
-    write_metrics,
-    write_summary,
+    save_results,
 )
 from fusedrl.train import TrainResult
 from fusedrl.train.config import OnPolicyConfig
@@ -42,8 +40,8 @@ def report(config: OnPolicyConfig, options: RunOptions, path: Path | None, train
            summary: dict[str, Any], *, progress_file=None) -> dict[str, Any]:
     """The stage after training: in `path`, metrics.csv and the final checkpoint first (the most
     valuable results: a Ctrl-C from here on still leaves them), then the greedy evaluation of every
-    seed, the learning curve and summary.json, whose status ends "finished" (or says where it
-    stopped). Returns the summary."""
+    seed and the learning curve; `summary` gets the results, timings and a status that ends
+    "finished" (or says where it stopped, and the error raises). Returns the summary."""
     result, start = trained.result, trained.start
     env_steps = (config.num_updates - start) * config.batch_size * options.num_seeds  # trained here
     run_s = trained.train_seconds
@@ -53,13 +51,12 @@ def report(config: OnPolicyConfig, options: RunOptions, path: Path | None, train
         compile_seconds=None if trained.compile_seconds is None else round(trained.compile_seconds, 3),
         train_seconds=round(run_s, 3),
         sps=round(env_steps / run_s, 1) if env_steps else None,
-        progress_every=options.callback_every(config),
+        progress_every=trained.progress_every,
     )
     try:
         if path is not None:
             summary["status"] = "saving"
-            write_metrics(path, jax.device_get(result.metrics))
-            save_checkpoint(path, config, options, result, summary)
+            save_results(path, config, options, jax.device_get(result.metrics), result, summary)
         summary["status"] = "evaluating"
         t = time.perf_counter()
         returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes,
@@ -93,8 +90,6 @@ def report(config: OnPolicyConfig, options: RunOptions, path: Path | None, train
         summary.update(status="failed", failed_while=summary["status"], updates_logged=config.num_updates,
                        error=error_record(e))
         raise
-    finally:
-        write_summary(path, summary)
     return summary
 
 

@@ -53,12 +53,15 @@ from fusedrl.run_folder import (
     RunOptions,
     check_supported,
     config_document,
+    create_folder,
     load_run_config,
     prepare_folder,
     read_config_file,
     read_run_config,
     resume_point,
     run_status,
+    save_checkpoint,
+    write_summary,
 )
 from fusedrl.run_programs import PIECES_PER_RUN, checkpoint_segments, num_streams, piece_length
 from fusedrl.run_report import (
@@ -142,9 +145,8 @@ def train_run(
     if out is None:
         return _run(config, options, None, env, progress=progress, loggers=loggers,
                     progress_file=progress_file)
-    path, lock = prepare_folder(out, overwrite=overwrite)
+    path, lock = create_folder(out, config, options, overwrite=overwrite)
     with lock:  # held until the run is saved, evaluated and summarised (or has failed)
-        write_json(path / CONFIG_FILE, config_document(config, options))
         return _run(config, options, path, env, progress=progress, loggers=loggers,
                     progress_file=progress_file)
 
@@ -198,9 +200,17 @@ def _run(config: OnPolicyConfig, options: RunOptions, path: Path | None, env, *,
                                "seed": options.seed, "status": "running"}
     if resumed is not None:
         summary.update(resumed_at_update=resumed.update, checkpoint_update=resumed.update)
-    trained = train_seeds(config, options, path, env, summary, progress=progress, loggers=loggers,
-                          progress_file=progress_file, resumed=resumed)
-    report(config, options, path, trained, summary, progress_file=progress_file)
+
+    def checkpoint(result: TrainResult) -> None:  # during training: the checkpoint, and the summary naming it
+        save_checkpoint(path, config, options, result, summary)
+        write_summary(path, summary)
+    try:
+        trained = train_seeds(config, options, env, summary, path=path, progress=progress, loggers=loggers,
+                              progress_file=progress_file, resumed=resumed,
+                              on_checkpoint=None if path is None else checkpoint)
+        report(config, options, path, trained, summary, progress_file=progress_file)
+    finally:  # finished, or saying where it stopped
+        write_summary(path, summary)
     return Run(config, options, trained.result, summary, path)
 
 
