@@ -4,6 +4,7 @@ single time, from the command line's checks through compiling, checkpoints and e
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -66,3 +67,30 @@ def test_train_and_resume_build_the_env_once(run_cli, counted_env, monkeypatch, 
     code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--out", tmp_path / "again")
     assert code == 0, err
     assert counted_env.built == 1, f"a second `fusedrl train` built the env {counted_env.built} times"
+
+
+NET_CODE = """
+import flax.linen as nn
+from fusedrl.distributions import Categorical
+
+
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, obs):
+        return Categorical(logits=nn.Dense(2)(obs)), nn.Dense(1)(obs)[..., 0]
+
+
+def net(action_dim, discrete, obs_shape, config):
+    return Net()
+"""
+
+
+def test_a_run_with_its_own_network_builds_the_env_once(run_cli, counted_env, monkeypatch, tmp_path):
+    # The command line builds the network once to check it before any work: with the run's env.
+    (tmp_path / "counted_net.py").write_text(NET_CODE)
+    monkeypatch.chdir(tmp_path)  # --set network=module:function imports from the current directory
+    monkeypatch.delitem(sys.modules, "counted_net", raising=False)
+    code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--set", "network=counted_net:net",
+                           "--out", tmp_path / "run")
+    assert code == 0, err
+    assert counted_env.built == 1, f"`fusedrl train` built the env {counted_env.built} times"

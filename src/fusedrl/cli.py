@@ -296,7 +296,7 @@ def resolve_run(args) -> tuple[OnPolicyConfig, Any, tuple[Any, Any]]:
                         ("checkpoint_every", args.checkpoint_every)):
         if value is not None:
             run_opts[name] = value
-    network_modules = check_network(config, CLIError)
+    network_modules = check_network(config, CLIError, built)
     # Recorded in config.json, so that evaluate, --resume and fusedrl.load find the env (and the
     # network) again.
     run_opts["imports"] = list(dict.fromkeys([*run_opts.get("imports", []), *args.imports, *network_modules]))
