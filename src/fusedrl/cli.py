@@ -419,14 +419,10 @@ def time_line(summary: dict[str, Any], wall: float, cache_before: dict[str, int]
 
 
 def cmd_train(args) -> int:
+    """`fusedrl train`: the run the arguments ask for (a new one, or --resume's), announced, run,
+    and reported."""
     started = getattr(args, "started", None) or time.perf_counter()  # set by main: the whole command
-    from fusedrl.checkpoint import CheckpointError
-    from fusedrl.envs.host import is_host_env_id
-    from fusedrl.loggers import TensorBoardLogger, WandbLogger
-    from fusedrl.run_lock import LOCK_FILE, RunFolderLocked
-    from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
-    from fusedrl.train.presets import preset_source
-    from fusedrl.train.trainer import EnvFaultError
+    from fusedrl.compile_cache import cache_counts
 
     if args.resume is not None:
         config, options, env = resolve_resume(args)
@@ -434,9 +430,27 @@ def cmd_train(args) -> int:
     else:
         config, options, env = resolve_run(args)
         out = args.out if args.out is not None else default_out(config.env_id)
+    loggers = optional_loggers(args, config, options)
+    announce(args, config, options, out)
+    cache_before = cache_counts()
+    run = run_train(args, config, options, env, out, loggers)
+    if run is None:  # interrupted: announced with what the folder keeps
+        return 130
+    from fusedrl.runs import summary_table
+
+    print(summary_table(run.summary))
+    print(time_line(run.summary, time.perf_counter() - started, cache_before, cache_counts()))
+    print(f"saved {out}/: config.json metrics.csv learning_curve.png checkpoint/ summary.json")
+    return 0
+
+
+def optional_loggers(args, config: OnPolicyConfig, options) -> list[Any]:
+    """The loggers --tensorboard and --wandb-project ask for, as factories of the run folder. The
+    optional backends are checked now (a missing package is a usage error, before any work), and
+    built once the run folder exists: TensorBoard writes into it."""
+    from fusedrl.loggers import TensorBoardLogger, WandbLogger
+
     loggers: list[Any] = []
-    # Check the optional backends now (a missing package is a usage error, before any work), but
-    # build them once the run folder exists: TensorBoard writes into it.
     try:
         if args.tensorboard:
             TensorBoardLogger.check_installed()
@@ -447,6 +461,15 @@ def cmd_train(args) -> int:
                                              resuming=args.resume is not None))
     except ImportError as e:
         raise CLIError(str(e)) from None
+    return loggers
+
+
+def announce(args, config: OnPolicyConfig, options, out) -> None:
+    """The run's first line on stderr (env, where its config came from, its size, its folder), and
+    a note when total_timesteps was rounded down to whole updates."""
+    from fusedrl.envs.host import is_host_env_id
+    from fusedrl.train.presets import preset_source
+
     source = preset_source(config.env_id, config.algo)
     if args.resume is not None:
         status = getattr(args, "resumed_status", None)
@@ -468,16 +491,23 @@ def cmd_train(args) -> int:
         o.split("=", 1)[0].strip() == "total_timesteps" for o in args.overrides)
     if args.resume is None and budget_given and config.env_steps != config.total_timesteps:
         print(rounding_note(config), file=sys.stderr)
-    from fusedrl.compile_cache import cache_counts
 
-    cache_before = cache_counts()
+
+def run_train(args, config: OnPolicyConfig, options, env, out, loggers):
+    """The run (`fusedrl.runs.train_run`, or `resume_run` for --resume), or None after Ctrl-C, once
+    stderr says what the folder keeps and how to continue; the run's expected errors are usage
+    errors."""
+    from fusedrl.checkpoint import CheckpointError
+    from fusedrl.run_lock import LOCK_FILE, RunFolderLocked
+    from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
+    from fusedrl.train.trainer import EnvFaultError
+
     try:
         if args.resume is not None:
-            run = resume_run(out, progress=not args.no_progress, loggers=loggers,
-                             trust_imports=args.trust_imports, env=env)
-        else:
-            run = train_run(config, out, options=options, overwrite=args.overwrite,
-                            progress=not args.no_progress, loggers=loggers, env=env)
+            return resume_run(out, progress=not args.no_progress, loggers=loggers,
+                              trust_imports=args.trust_imports, env=env)
+        return train_run(config, out, options=options, overwrite=args.overwrite,
+                         progress=not args.no_progress, loggers=loggers, env=env)
     except (RunFolderExists, RunFolderLocked, ResumeError, CheckpointError, EnvFaultError) as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
@@ -490,13 +520,7 @@ def cmd_train(args) -> int:
         if update is not None:
             print(f"its checkpoint holds update {update} of {config.num_updates}: continue with "
                   f"`fusedrl train --resume {out}`", file=sys.stderr)
-        return 130
-    from fusedrl.runs import summary_table
-
-    print(summary_table(run.summary))
-    print(time_line(run.summary, time.perf_counter() - started, cache_before, cache_counts()))
-    print(f"saved {out}/: config.json metrics.csv learning_curve.png checkpoint/ summary.json")
-    return 0
+        return None
 
 
 def _checkpoint_update(run_dir: Path) -> int | None:
