@@ -130,3 +130,27 @@ def net_module(tmp_path, monkeypatch):
         return folder
 
     return write
+
+
+def _run_cli(*argv):
+    """`fusedrl ARGV...` in this process: (exit status, stdout, stderr). Arguments may be paths or
+    numbers; an argparse error (SystemExit) gives its status, as the shell would see it."""
+    import contextlib
+    import io
+
+    from fusedrl import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as e:  # argparse's own errors (a bad value for a typed option)
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="session")
+def run_cli():
+    """The command line, called in-process: `code, out, err = run_cli("train", "--env", ...)`.
+    Session-scoped, so that module-scoped fixtures can train through it too."""
+    return _run_cli

@@ -315,41 +315,29 @@ def test_reinforce_through_the_bridge_refuses_rollouts_shorter_than_the_time_lim
 
 
 
-def test_train_command_refuses_short_reinforce_rollouts_before_any_work(tmp_path):
+def test_train_command_refuses_short_reinforce_rollouts_before_any_work(run_cli, tmp_path):
     # On the bridge and on the fused path alike: a usage error naming the fix, no run folder.
     for env_id, keyword in ((CARTPOLE, "max_episode_steps"), ("CartPole-v1", "max_steps_in_episode")):
-        code, _, err = _cli("train", "--env", env_id, "--algo", "reinforce", "--set", "num_steps=16",
-                            "--out", tmp_path / "r")
+        code, _, err = run_cli("train", "--env", env_id, "--algo", "reinforce", "--set", "num_steps=16",
+                               "--out", tmp_path / "r")
         assert code == 2 and "num_steps >= 500" in err and f"{{'{keyword}': 16}}" in err, err
         assert "Traceback" not in err and not (tmp_path / "r").exists()
 
 
 # -------------------------------------------------------------------------- the CLI
-def _cli(*argv):
-    import contextlib
-    import io
-
-    from fusedrl import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
 TINY_ARGS = ["--set", "num_envs=2", "--set", "num_steps=16", "--total-timesteps", "96",
              "--set", "update_epochs=1", "--set", "num_minibatches=2", "--set", "hidden_sizes=8",
              "--set", "normalize_obs=true", "--eval-episodes", "3", "--progress-every", "1"]
 
 
-def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
+def test_train_command_trains_a_gymnasium_env_through_the_bridge(run_cli, tmp_path):
     """`fusedrl train --env gymnasium:...` (README): one seed, the whole run folder, and a default
     `fusedrl evaluate` that reproduces the summary's greedy returns."""
     import csv
     import json
 
     run_dir = tmp_path / "run"
-    code, out, err = _cli("train", "--env", CARTPOLE, *TINY_ARGS, "--out", run_dir)
+    code, out, err = run_cli("train", "--env", CARTPOLE, *TINY_ARGS, "--out", run_dir)
     assert code == 0, err
     assert "host bridge" in err and "update 3/3" in err  # the header and the progress lines
     assert "(the preset of CartPole-v1; host bridge" in err
@@ -363,16 +351,16 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     assert summary["status"] == "finished" and summary["mode"] == "bridge"
     assert summary["num_updates"] == 3 and len(summary["eval_return_per_seed"]) == 1
     assert f"{summary['eval_return_mean']:.1f}" in out and "compile included" in out
-    code, out, err = _cli("evaluate", run_dir)
+    code, out, err = run_cli("evaluate", run_dir)
     assert code == 0, err
     assert f"mean      {summary['eval_return_mean']:10.1f}" in out, (summary, out)
     # Stopped while evaluating: --resume evaluates the saved agent, and trains nothing again.
-    from fusedrl import runs
+    from fusedrl import run_driver
 
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted while evaluating"}))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runs, "_train_bridge", None)  # calling it would fail
-        code, out, err = _cli("train", "--resume", run_dir, "--no-progress")
+        mp.setattr(run_driver, "train_bridge", None)  # calling it would fail
+        code, out, err = run_cli("train", "--resume", run_dir, "--no-progress")
     assert code == 0, err
     assert "resumed after update 3, the last: nothing left to train" in out
     resumed = json.loads((run_dir / "summary.json").read_text())
@@ -413,7 +401,7 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(tmp_path):
     ["--set", "recurrent=gru", "--set", "recurrent_size=8", "--set", "update_epochs=1",
      "--set", "num_minibatches=1"],
 ])
-def test_train_command_runs_a2c_and_recurrent_ppo_through_the_bridge(argv, tmp_path):
+def test_train_command_runs_a2c_and_recurrent_ppo_through_the_bridge(run_cli, argv, tmp_path):
     # The run folder, its evaluation and its saved policy (a recurrent one carries its state).
     import json
 
@@ -422,12 +410,12 @@ def test_train_command_runs_a2c_and_recurrent_ppo_through_the_bridge(argv, tmp_p
     run_dir = tmp_path / "run"
     tiny = ["--set", "num_envs=2", "--set", "num_steps=16", "--total-timesteps", "64",
             "--set", "hidden_sizes=8", "--eval-episodes", "2", "--progress-every", "0"]
-    code, out, err = _cli("train", "--env", CARTPOLE, *argv, *tiny, "--out", run_dir)
+    code, out, err = run_cli("train", "--env", CARTPOLE, *argv, *tiny, "--out", run_dir)
     assert code == 0, err
     doc = json.loads((run_dir / "config.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["mode"] == "bridge"
-    code, out, err = _cli("evaluate", run_dir)
+    code, out, err = run_cli("evaluate", run_dir)
     assert code == 0, err
     assert f"mean      {summary['eval_return_mean']:10.1f}" in out, (summary, out)
     pi = policy.load(run_dir)
@@ -453,8 +441,9 @@ def test_a_gymnasium_id_takes_the_preset_of_its_jax_twin():
             assert preset(env_id) == PPOConfig(env_id=env_id)
 
 
-def test_train_command_refuses_several_bridge_seeds_before_any_work(tmp_path):
-    code, _, err = _cli("train", "--env", CARTPOLE, *TINY_ARGS, "--num-seeds", "2", "--out", tmp_path / "r")
+def test_train_command_refuses_several_bridge_seeds_before_any_work(run_cli, tmp_path):
+    code, _, err = run_cli("train", "--env", CARTPOLE, *TINY_ARGS, "--num-seeds", "2",
+                           "--out", tmp_path / "r")
     assert code == 2, err
     assert "--num-seeds" in err and "must be 1" in err and "--seed S" in err and "'CartPole-v1'" in err
     assert not (tmp_path / "r").exists()

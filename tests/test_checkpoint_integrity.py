@@ -1,8 +1,6 @@
 """Checkpoints that cannot be damaged silently: checksums, compiles that do not grow with the number of
 checkpoints, what a writer killed mid-save leaves behind, and the messages for damaged files."""
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -16,7 +14,7 @@ import pytest
 
 import fusedrl
 from fusedrl import checkpoint as ckpt
-from fusedrl import cli, files, runs
+from fusedrl import files, runs
 from fusedrl.run_lock import LOCK_FILE
 from fusedrl.train import preset
 
@@ -27,13 +25,6 @@ OPTIONS = dict(eval_episodes=2, progress_every=1, checkpoint_every=1)
 STOP_AT = 4  # the first process stops (Ctrl-C) once this update's checkpoint is saved
 #: The event JAX records for every executable it builds (compiled or loaded from the compile cache).
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-def run_cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +118,8 @@ def _flip(file, count, seed=0):
     file.write_bytes(bytes(data))
 
 
-def test_64_flipped_bytes_in_the_array_file_are_refused_by_load_evaluate_and_resume(finished, tmp_path):
+def test_64_flipped_bytes_in_the_array_file_are_refused_by_load_evaluate_and_resume(run_cli, finished,
+                                                                                    tmp_path):
     run_dir = _copy(finished, tmp_path / "run")
     fusedrl.load(run_dir)  # intact: loads (warnings are errors here: no warning either)
     damaged = _largest_array_file(run_dir)
@@ -183,7 +175,7 @@ def test_a_checkpoint_without_checksums_loads_with_a_notice(finished, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_damaged_metrics_file_on_resume_is_named_not_blamed_on_config(finished, tmp_path):
+def test_a_damaged_metrics_file_on_resume_is_named_not_blamed_on_config(run_cli, finished, tmp_path):
     run_dir = _copy(finished, tmp_path / "run")
     summary = json.loads((run_dir / "summary.json").read_text())
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fusedrl import cli, policy, runs, sweep_cli
+from fusedrl import cli, policy, run_driver, run_report, runs, sweep_cli
 from fusedrl._json import dumps as strict_json
 from fusedrl.loggers import (
     CSV_COLUMNS,
@@ -41,16 +41,6 @@ TINY_ARGS = ["--set", "num_envs=4", "--set", "num_steps=16", "--total-timesteps"
 RUN_ARGS = ["--num-seeds", "2", "--eval-episodes", "4", "--progress-every", "2"]
 
 
-def run_cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main([str(a) for a in argv])
-        except SystemExit as e:  # argparse's own errors (a bad value for a typed option)
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
-
-
 class Recorder:
     def __init__(self):
         self.calls = []
@@ -63,7 +53,7 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(run_cli, tmp_path_factory):
     """A 2-seed run through the library (with a recording logger), then the same through the CLI."""
     root = tmp_path_factory.mktemp("runs")
     config = preset("CartPole-v1", **TINY)
@@ -92,7 +82,7 @@ def test_seeds_vmapped_in_one_share_are_told_apart(trained, monkeypatch, tmp_pat
     # On 2 cores the fixture's 2 seeds run one per share (each the share's vmap index 0); here both
     # run in one vmap, so each row's seed comes from the vmapped axis index.
     config, *_ = trained
-    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 1)
+    monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 1)
     recorder = Recorder()
     run = runs.train_run(config, tmp_path / "one", num_seeds=2, eval_episodes=1, progress_every=2,
                          loggers=[recorder], progress_file=io.StringIO())
@@ -209,7 +199,7 @@ def test_config_file_round_trip(trained, tmp_path):
         cli.resolve(cli.build_parser().parse_args(["train", "--config", str(run_dir)]))
 
 
-def test_existing_run_folder_is_refused_then_overwritten(trained):
+def test_existing_run_folder_is_refused_then_overwritten(run_cli, trained):
     config, _, _, run_dir, *_ = trained
     before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
     code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir)
@@ -222,7 +212,7 @@ def test_existing_run_folder_is_refused_then_overwritten(trained):
 
 
 # ----------------------------------------------------------------------------- evaluate/load
-def test_evaluate_command(trained):
+def test_evaluate_command(run_cli, trained):
     *_, run_dir, _, _ = trained
     code, out, err = run_cli("evaluate", run_dir, "--episodes", "4")
     assert code == 0, err
@@ -234,7 +224,7 @@ def test_evaluate_command(trained):
     assert code == 2 and "config.json is missing" in err
 
 
-def test_default_evaluate_reproduces_the_summary(trained):
+def test_default_evaluate_reproduces_the_summary(run_cli, trained):
     *_, run_dir, _, _ = trained
     summary = json.loads((run_dir / "summary.json").read_text())
     code, out, err = run_cli("evaluate", run_dir)
@@ -265,18 +255,18 @@ def test_a_saved_run_is_evaluated_by_the_program_that_evaluated_its_fresh_result
         return real(*args, **kwargs)
 
     monkeypatch.setattr(evaluation, "_evaluate_any", counted)
-    evaluation._evaluator.cache_clear()
+    evaluation._EVALUATORS.clear()
     try:
         fresh = runs.evaluate_seeds(config, run.result, runs.eval_key(options), options.eval_episodes,
                                     max_steps=runs.EVAL_MAX_STEPS)
         again = runs.evaluate_run(run.path)
     finally:
-        evaluation._evaluator.cache_clear()  # no program built on `counted` outlives this test
+        evaluation._EVALUATORS.clear()  # no program built on `counted` outlives this test
     assert len(traces) == 1, "the restored result was evaluated by a program of its own"
     np.testing.assert_array_equal(again["per_seed"], fresh.mean(axis=1))
 
 
-def test_evaluate_sampled_takes_the_policys_samples(trained):
+def test_evaluate_sampled_takes_the_policys_samples(run_cli, trained):
     # `--sampled`: the returns fusedrl.evaluate(..., greedy=False) gives with the same key.
     import fusedrl
     from fusedrl import checkpoint as ckpt
@@ -296,7 +286,7 @@ def test_evaluate_sampled_takes_the_policys_samples(trained):
     np.testing.assert_allclose(runs.evaluate_run(run_dir, num_episodes=8)["per_seed"], want[True], atol=1e-4)
 
 
-def test_evaluate_names_the_bad_field_of_config_json(trained, tmp_path):
+def test_evaluate_names_the_bad_field_of_config_json(run_cli, trained, tmp_path):
     import shutil
 
     *_, run_dir, _, _ = trained
@@ -443,7 +433,7 @@ def test_loaded_sweep_policy_takes_its_runs_hparams_and_both_action_bounds(tmp_p
         ([], ["--env ID"]),
     ],
 )
-def test_bad_train_input_is_a_clear_error(argv, words, tmp_path):
+def test_bad_train_input_is_a_clear_error(run_cli, argv, words, tmp_path):
     code, out, err = run_cli("train", *argv, "--out", tmp_path / "run")
     assert code == 2, (out, err)
     for w in words:
@@ -460,7 +450,7 @@ def test_bad_train_input_is_a_clear_error(argv, words, tmp_path):
         ({"env_id": "CartPole-v1", "env_params": "gravity=12"}, ["'env_params' must be a table/object"]),
     ],
 )
-def test_malformed_config_file_is_a_clear_error(doc, words, tmp_path):
+def test_malformed_config_file_is_a_clear_error(run_cli, doc, words, tmp_path):
     (tmp_path / "c.json").write_text(json.dumps(doc))
     code, out, err = run_cli("train", "--config", tmp_path / "c.json", "--out", tmp_path / "run")
     assert code == 2, (out, err)
@@ -563,7 +553,7 @@ def test_stop_guard_is_on_when_the_only_callback_is_the_last_update():
     previous = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
     try:
         monitor = Monitor(1, 10)
-        with runs._stop_guard(monitor, 5, 5):
+        with run_driver.stop_guard(monitor, 5, 5):
             os.kill(os.getpid(), signal.SIGINT)
         assert monitor.stop_requested and not hits
     finally:
@@ -572,7 +562,7 @@ def test_stop_guard_is_on_when_the_only_callback_is_the_last_update():
 
 def test_shares_of_several_seeds_number_their_seeds_from_the_shares_first(monkeypatch):
     # 4 seeds on 2 host threads: 2 seeds per share; the logger sees seeds 0..3 at every update.
-    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
+    monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 2)
     recorder = Recorder()
     config = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=16, total_timesteps=2 * 16 * 3,
                        num_minibatches=2, update_epochs=1, hidden_sizes=(8,))
@@ -594,7 +584,7 @@ def test_set_parses_optional_numbers():
     assert parse_overrides(["target_kl=none"]) == {"target_kl": None}
 
 
-def test_set_refuses_two_values_for_one_field():
+def test_set_refuses_two_values_for_one_field(run_cli):
     from fusedrl._argtypes import UsageError, parse_overrides
 
     with pytest.raises(UsageError, match=r"--set lr=1e-3 and --set lr=3e-4 give lr two values"):
@@ -608,7 +598,7 @@ def test_set_refuses_two_values_for_one_field():
     assert code == 2 and "give gamma two values; give each field once" in err
 
 
-def test_flat_config_file_without_env_id_says_so(tmp_path):
+def test_flat_config_file_without_env_id_says_so(run_cli, tmp_path):
     flat = tmp_path / "flat.json"
     flat.write_text('{"lr": 0.001}')
     code, _, err = run_cli("train", "--config", flat, "--out", tmp_path / "run")
@@ -633,7 +623,7 @@ def test_train_and_sweep_parse_set_alike():
 
 
 @pytest.mark.parametrize("algo", ["a2c", "reinforce"])
-def test_sweep_takes_algo_as_train_does(algo):
+def test_sweep_takes_algo_as_train_does(run_cli, algo):
     # The same --algo and --set give the same config (the algorithm's class and preset) in both commands,
     # and a field the algorithm lacks is the same error, naming the field and why.
     from fusedrl import sweep_cli
@@ -649,7 +639,7 @@ def test_sweep_takes_algo_as_train_does(algo):
         assert code == 2 and "clip_eps" in err and f"{name} has no clipping" in err, (command, err)
 
 
-def test_sweep_cli_runs_another_algorithm_and_refuses_its_missing_axes(tmp_path):
+def test_sweep_cli_runs_another_algorithm_and_refuses_its_missing_axes(run_cli, tmp_path):
     tiny = ["--env", "CartPole-v1", "--set", "num_envs=2", "--set", "num_steps=8", "--total-timesteps", "32",
             "--set", "hidden_sizes=8", "--progress-every", "0", "--no-plots"]
     code, _, err = run_cli("sweep", "--algo", "a2c", *tiny, "--grid", "lr=1e-3,7e-3", "--out", tmp_path / "s")
@@ -677,7 +667,7 @@ def test_sweep_cli_runs_another_algorithm_and_refuses_its_missing_axes(tmp_path)
         (["--seed", "4294967296"], ["--seed", "from 0 to 4294967294, got 4294967296"]),
     ],
 )
-def test_bad_sweep_settings_are_usage_errors(argv, words, tmp_path):
+def test_bad_sweep_settings_are_usage_errors(run_cli, argv, words, tmp_path):
     code, out, err = run_cli("sweep", "--env", "CartPole-v1", *argv, "--out", tmp_path / "sweep")
     assert code == 2, (out, err)
     for w in words:
@@ -685,7 +675,7 @@ def test_bad_sweep_settings_are_usage_errors(argv, words, tmp_path):
     assert "Traceback" not in err and not (tmp_path / "sweep").exists()
 
 
-def test_sweep_refuses_an_out_file_and_a_gymnasium_env(tmp_path):
+def test_sweep_refuses_an_out_file_and_a_gymnasium_env(run_cli, tmp_path):
     taken = tmp_path / "file"
     taken.write_text("")
     code, _, err = run_cli("sweep", "--env", "CartPole-v1", "--out", taken)
@@ -698,7 +688,7 @@ def test_sweep_refuses_an_out_file_and_a_gymnasium_env(tmp_path):
     assert not (tmp_path / "sweep").exists()
 
 
-def test_sweep_overwrite_replaces_an_earlier_sweeps_outputs_only(tmp_path):
+def test_sweep_overwrite_replaces_an_earlier_sweeps_outputs_only(run_cli, tmp_path):
     out = tmp_path / "sweep"
     out.mkdir()
     for name in ("sweep.json", "curves_by_lr.png", "notes.txt"):  # an earlier sweep over lr, a user file
@@ -726,7 +716,7 @@ def test_sweep_overwrite_replaces_an_earlier_sweeps_outputs_only(tmp_path):
     assert [p.name for p in other.iterdir()] == ["data.csv"]
 
 
-def test_help_and_envs():
+def test_help_and_envs(run_cli):
     code, out, _ = run_cli("--help")  # argparse exits with status 0
     assert code == 0 and "usage: fusedrl" in out and "train" in out
     code, out, _ = run_cli("envs")
@@ -749,7 +739,7 @@ def test_help_and_envs():
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C
-def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
+def test_ctrl_c_keeps_config_and_whole_rows(run_cli, trained, monkeypatch, tmp_path):
     """A KeyboardInterrupt raised from inside the jitted run (where a real Ctrl-C lands on CPU)."""
     original = CSVLogger.log
 
@@ -774,7 +764,7 @@ def test_ctrl_c_keeps_config_and_whole_rows(trained, monkeypatch, tmp_path):
     assert all(None not in r.values() and "" not in r.values() for r in rows)  # whole rows only
 
 
-def test_ctrl_c_message_names_only_the_files_kept(monkeypatch, tmp_path):
+def test_ctrl_c_message_names_only_the_files_kept(run_cli, monkeypatch, tmp_path):
     def interrupted_early(config, out, **kwargs):  # e.g. Ctrl-C while compiling: no metrics yet
         out.mkdir()
         (out / "config.json").write_text("{}")
@@ -823,7 +813,7 @@ def test_a_failed_run_says_so_in_its_summary(trained, monkeypatch, tmp_path):
     def broken_evaluate(*args, **kwargs):
         raise ValueError("evaluation broke")
 
-    monkeypatch.setattr(runs, "evaluate", broken_evaluate)
+    monkeypatch.setattr(run_report, "evaluate", broken_evaluate)
     with pytest.raises(ValueError, match="evaluation broke"):
         runs.train_run(config, tmp_path / "eval", num_seeds=2, eval_episodes=4, progress_every=2,
                        progress_file=io.StringIO())
@@ -904,7 +894,8 @@ def test_a_logger_that_fails_to_start_closes_the_others_and_says_so(trained, tmp
     assert summary["error"] == {"type": "ConnectionError", "message": "wandb.init failed"}
 
 
-def test_wandb_older_than_create_new_runs_is_refused_and_failed_inits_are_finished(monkeypatch, tmp_path):
+def test_wandb_older_than_create_new_runs_is_refused_and_failed_inits_are_finished(run_cli, monkeypatch,
+                                                                                   tmp_path):
     finished = []
 
     class Run:
@@ -929,14 +920,14 @@ def test_wandb_older_than_create_new_runs_is_refused_and_failed_inits_are_finish
     assert finished == ["run-seed0", "run-seed1"]  # the runs already started are not left open
 
 
-def test_missing_optional_logger_is_a_clear_cli_error(monkeypatch, tmp_path):
+def test_missing_optional_logger_is_a_clear_cli_error(run_cli, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` fail
     code, _, err = run_cli("train", "--env", "CartPole-v1", "--wandb-project", "p", "--out", tmp_path / "r")
     assert code == 2 and "pip install wandb" in err
     assert not (tmp_path / "r").exists()
 
 
-def test_tensorboard_run_writes_per_seed_scalars(trained, monkeypatch, tmp_path):
+def test_tensorboard_run_writes_per_seed_scalars(run_cli, trained, monkeypatch, tmp_path):
     written = []
 
     class Writer:
@@ -974,7 +965,7 @@ def test_sweep_and_profile_subcommands_are_wired(capsys):
     assert "cannot sweep 'num_envs': it is a static field" in capsys.readouterr().err
 
 
-def test_sweep_usage_errors_come_from_the_check_and_later_errors_keep_their_traceback(
+def test_sweep_usage_errors_come_from_the_check_and_later_errors_keep_their_traceback(run_cli,
         tmp_path, monkeypatch):
     sweep_mod = importlib.import_module("fusedrl.sweeps.program")
 
@@ -1055,7 +1046,7 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
     # The first Ctrl-C asks for a stop at the next callback (interrupt_guard); with none to come it
     # must interrupt as usual, not be held until the run ends as "finished".
     config = FIVE_UPDATES
-    compiled = runs.compiled_run
+    compiled = run_driver.compiled_run
 
     def ctrl_c_as_training_starts(*args, **kwargs):
         train, run, seconds = compiled(*args, **kwargs)
@@ -1066,7 +1057,7 @@ def test_ctrl_c_without_callbacks_interrupts_at_once(progress_every, monkeypatch
 
         return train, run_after_ctrl_c, seconds
 
-    monkeypatch.setattr(runs, "compiled_run", ctrl_c_as_training_starts)
+    monkeypatch.setattr(run_driver, "compiled_run", ctrl_c_as_training_starts)
     with pythons_sigint_handler(), pytest.raises(KeyboardInterrupt):
         runs.train_run(config, tmp_path / "run", eval_episodes=2, progress_every=progress_every,
                        progress_file=io.StringIO())
@@ -1077,7 +1068,7 @@ def test_ctrl_c_while_compiling_is_held_until_the_compile_ends(monkeypatch, tmp_
     # With jax 0.10.2 a Ctrl-C inside XLA's compile abandons it and the interpreter crashes at exit
     # (progress.hold_interrupt). The Ctrl-C must reach neither the compile nor the code around it.
     done, err = [], io.StringIO()
-    monkeypatch.setattr(runs, "compiled_run", ctrl_c_first(runs.compiled_run, done))
+    monkeypatch.setattr(run_driver, "compiled_run", ctrl_c_first(run_driver.compiled_run, done))
     with pythons_sigint_handler():
         with pytest.raises(KeyboardInterrupt):
             runs.train_run(FIVE_UPDATES, tmp_path / "run", eval_episodes=2, progress_file=err)
@@ -1093,13 +1084,13 @@ def test_ctrl_c_while_evaluating_on_device_is_held_until_it_ends(trained, monkey
     # crashed at exit (jax 0.10.2).
     config, run, *_ = trained
     done = []
-    monkeypatch.setattr(runs, "evaluate", ctrl_c_first(runs.evaluate, done))
+    monkeypatch.setattr(run_report, "evaluate", ctrl_c_first(run_report.evaluate, done))
     with pythons_sigint_handler(), pytest.raises(KeyboardInterrupt):
         runs.evaluate_seeds(config, run.result, jax.random.key(0), 2)
     assert done == [True] and "Ctrl-C: stopping once evaluating ends" in capsys.readouterr().err
 
 
-def test_sweep_cli_interrupted_exits_130_without_a_folder(monkeypatch, tmp_path):
+def test_sweep_cli_interrupted_exits_130_without_a_folder(run_cli, monkeypatch, tmp_path):
     import importlib
 
     def ctrl_c(*args, **kwargs):
@@ -1143,12 +1134,12 @@ def test_set_env_id_is_refused_not_ignored():
     assert config.env_id == "CartPole-v1"
 
 
-def test_evaluate_refuses_zero_episodes_before_reading_the_run(tmp_path):
+def test_evaluate_refuses_zero_episodes_before_reading_the_run(run_cli, tmp_path):
     code, _, err = run_cli("evaluate", tmp_path / "missing", "--episodes", "0")
     assert code == 2 and "--episodes must be >= 1, got 0" in err, err
 
 
-def test_seeds_that_would_repeat_other_seeds_keys_are_refused(tmp_path):
+def test_seeds_that_would_repeat_other_seeds_keys_are_refused(run_cli, tmp_path):
     from fusedrl._argtypes import MAX_SEED
 
     data = lambda s: jax.random.key_data(jax.random.key(s)).tolist()  # noqa: E731
@@ -1186,7 +1177,7 @@ def test_seeds_that_would_repeat_other_seeds_keys_are_refused(tmp_path):
     ([""], "imports: expected a module name (a non-empty string), got ''"),
     ([3], "imports: expected a module name (a non-empty string), got 3"),
 ])
-def test_run_options_imports_are_module_names(tmp_path, bad, words):
+def test_run_options_imports_are_module_names(run_cli, tmp_path, bad, words):
     assert runs.RunOptions(imports=["a", "b.c"]).imports == ("a", "b.c")  # as JSON gives it back
     with pytest.raises(ValueError) as e:
         runs.RunOptions(imports=bad)
@@ -1203,7 +1194,7 @@ def test_run_options_imports_are_module_names(tmp_path, bad, words):
     assert not (tmp_path / "run").exists()
 
 
-def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
+def test_evaluate_passes_seed_and_episodes_through(run_cli, monkeypatch, tmp_path):
     calls = []
 
     def fake_evaluate_run(run_dir, num_episodes=None, seed=None, greedy=True, max_steps=runs.EVAL_MAX_STEPS,
@@ -1229,7 +1220,7 @@ def test_evaluate_passes_seed_and_episodes_through(monkeypatch, tmp_path):
      "fusedrl train gymnasium:CartPole-v1 (the preset of CartPole-v1; host bridge: Gymnasium steps"),
     (["--env", "gymnax:Catch-bsuite"], "fusedrl train gymnax:Catch-bsuite (PPOConfig defaults (no preset))"),
 ])
-def test_train_header_names_the_preset_used(argv, note, monkeypatch, tmp_path):
+def test_train_header_names_the_preset_used(run_cli, argv, note, monkeypatch, tmp_path):
     def stop(config, out, **kwargs):  # stop before any work: only the header is printed
         raise KeyboardInterrupt
 
@@ -1270,7 +1261,7 @@ def read_csv(path):
 
 
 @pytest.fixture(scope="module")
-def zip_sweeps(tmp_path_factory):
+def zip_sweeps(run_cli, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweeps")
     for seed in (0, 3):
         code, _, err = run_cli("sweep", "--env", "CartPole-v1", *SWEEP_TINY, *SWEEP_ZIP, "--seed", seed,
@@ -1330,7 +1321,7 @@ def test_random_spec_with_the_wrong_number_of_bounds_is_a_usage_error(item):
         sweep_cli.parse_random(item)
 
 
-def test_negative_progress_every_is_a_usage_error(tmp_path):
+def test_negative_progress_every_is_a_usage_error(run_cli, tmp_path):
     code, _, err = run_cli("sweep", "--env", "CartPole-v1", *SWEEP_TINY, "--progress-every", "-1",
                            "--out", tmp_path / "s")
     assert code == 2 and "--progress-every must be >= 0, got -1" in err, err
@@ -1343,7 +1334,7 @@ def test_default_sweep_folder_is_apart_from_train_runs(tmp_path):
     assert sweep_cli.default_out("CartPole-v1", tmp_path) == tmp_path / "sweep-CartPole-v1-2"
 
 
-def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path, monkeypatch):
+def test_import_option_brings_in_the_module_that_registers_a_custom_env(run_cli, tmp_path, monkeypatch):
     # A registered env was out of the CLI's reach: its module is not imported by `fusedrl`.
     from fusedrl.envs import registry
 
@@ -1417,7 +1408,7 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(tmp_path
         sys.modules.pop("fusedrl_cli_test_envs", None)
 
 
-def test_a_run_that_diverges_or_never_ends_an_episode_says_so(tmp_path, monkeypatch):
+def test_a_run_that_diverges_or_never_ends_an_episode_says_so(run_cli, tmp_path, monkeypatch):
     # Before: the run's evaluation never returned when no episode ended; and a run whose parameters
     # were NaN reported plausible greedy returns (argmax of NaN logits is action 0).
     import jax.numpy as jnp
@@ -1441,7 +1432,7 @@ def test_a_run_that_diverges_or_never_ends_an_episode_says_so(tmp_path, monkeypa
             return obs, state, reward * jnp.nan, terminated, info
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(runs, "EVAL_MAX_STEPS", 50)  # as 1,000,000, but quicker to reach
+    monkeypatch.setattr(run_report, "EVAL_MAX_STEPS", 50)  # as 1,000,000, but quicker to reach
     fusedrl.register("CliNeverEnds-v0", NeverEnds)
     fusedrl.register("CliNaNReward-v0", NaNReward)
     options = runs.RunOptions(num_seeds=2, eval_episodes=3, progress_every=0)
@@ -1513,7 +1504,7 @@ def test_set_refuses_a_number_for_an_array_env_param():
         resolve("--env", "gymnax:Acrobot-v1", "--set", "available_torque=1.0")
 
 
-def test_env_params_gymnasium_refuses_are_usage_errors(tmp_path):
+def test_env_params_gymnasium_refuses_are_usage_errors(run_cli, tmp_path):
     pytest.importorskip("gymnasium")
     code, _, err = run_cli("train", "--env", "gymnasium:CartPole-v1", "--set", "env_params.foo=1",
                            "--out", tmp_path / "run")

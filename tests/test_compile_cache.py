@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fusedrl import cli, compile_cache, runs
+from fusedrl import cli, compile_cache, run_programs, runs
 from fusedrl.train import PPOConfig
 
 pytestmark = [pytest.mark.subprocess]
@@ -112,7 +112,7 @@ def test_training_with_progress_compiles_no_host_callback():
     run = runs.train_run(config, None, num_seeds=2, eval_episodes=1, progress=False, progress_every=1,
                          loggers=[Recorder()])
     programs = []
-    for key, (_, compiled) in runs._COMPILED.items():
+    for key, (_, compiled) in run_programs._COMPILED.items():
         if key[0] == config:
             init, advance = compiled  # progress on: pieces (an init and one advance program)
             programs += [init, *advance.values()]

@@ -220,3 +220,29 @@ def test_fixed_house_facts():
     assert not any(t.startswith(("fusedrl.bridge", "fusedrl.learners")) for t in targets)
     learners = {t for imp in IMPORTS if imp.module == "fusedrl.learners" for t in imp.targets}
     assert "fusedrl.bridge" in learners and "fusedrl.train.ppo" in learners
+
+
+#: The steps of a run, bottom up: each imports none of those after it (the folder knows nothing of
+#: programs, the programs nothing of driving them, the driver nothing of the report; only the
+#: pipeline `fusedrl.runs`, and the command line above it, see them all).
+RUN_STAGES = ["fusedrl.run_folder", "fusedrl.run_programs", "fusedrl.run_driver", "fusedrl.run_report",
+              "fusedrl.runs", "fusedrl.sweep_cli", "fusedrl.cli"]
+
+
+def _stage_violations(imports: list[Import]) -> list[str]:
+    later = {stage: set(RUN_STAGES[i + 1:]) for i, stage in enumerate(RUN_STAGES)}
+    return [f"{imp.where} imports {target}" for imp in imports if imp.module in later
+            for target in imp.targets if _first_party(target) in later[imp.module]]
+
+
+def test_run_stages_read_top_down():
+    assert set(RUN_STAGES) <= set(MODULES)
+    wrong = _stage_violations(IMPORTS)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_stage_check_sees_an_import_of_a_later_stage():
+    # The check above would pass vacuously if it missed an import, even one inside a function.
+    fake = [Import("fusedrl.run_folder", ast.parse("from fusedrl.run_report import summary_table").body[0],
+                   ["fusedrl.run_report"], True)]
+    assert _stage_violations(IMPORTS + fake) == [f"{fake[0].where} imports fusedrl.run_report"]

@@ -1,7 +1,6 @@
 """Checkpoints during training (`checkpoint_every`) and resuming an interrupted run from them
 (`fusedrl.runs.resume_run`, `fusedrl train --resume`)."""
 
-import contextlib
 import io
 import json
 import shutil
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from fusedrl import checkpoint as ckpt
-from fusedrl import cli, runs
+from fusedrl import cli, run_driver, runs
 from fusedrl.loggers import CSVLogger
 from fusedrl.progress import Monitor, ProgressBar, dispatch
 from fusedrl.train import preset
@@ -26,13 +25,6 @@ OPTIONS = dict(eval_episodes=4, progress_every=2, checkpoint_every=3)
 
 def config():
     return preset("CartPole-v1", **TINY)
-
-
-def run_cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def arrays(tree):
@@ -128,7 +120,7 @@ def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_
 
 
 @pytest.mark.subprocess
-def test_the_cli_resumes_in_a_new_process(uninterrupted, monkeypatch, tmp_path):
+def test_the_cli_resumes_in_a_new_process(run_cli, uninterrupted, monkeypatch, tmp_path):
     """Interrupted through the CLI, which says how to resume; resumed by `fusedrl train --resume` in
     another process (which compiles the programs anew): the same agents, bit for bit."""
     full = uninterrupted[2]
@@ -245,7 +237,7 @@ def test_a_resumed_run_interrupted_again_keeps_its_place(monkeypatch, tmp_path):
     assert ckpt.restore_metrics(run_dir / "checkpoint")["env_steps"].shape == (1, 10)
 
 
-def test_checkpoint_option_errors(tmp_path):
+def test_checkpoint_option_errors(run_cli, tmp_path):
     with pytest.raises(ValueError, match="checkpoint_every must be an int >= 0"):
         runs.RunOptions(checkpoint_every=-1)
     with pytest.raises(ValueError, match="checkpoint_every must be an int >= 0"):
@@ -276,7 +268,7 @@ def test_a_resumed_progress_bar_starts_where_the_run_stopped():
     assert [line.split()[1] for line in out.getvalue().splitlines()] == ["7/10", "8/10", "9/10", "10/10"]
 
 
-def test_resume_of_a_damaged_folder_is_a_usage_error(uninterrupted, tmp_path):
+def test_resume_of_a_damaged_folder_is_a_usage_error(run_cli, uninterrupted, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(uninterrupted[1].path, run_dir)
     (run_dir / "summary.json").write_text("{not json")  # unreadable: no reason to refuse
@@ -286,7 +278,8 @@ def test_resume_of_a_damaged_folder_is_a_usage_error(uninterrupted, tmp_path):
     assert "config.json was edited" not in err and "Traceback" not in err, err
 
 
-def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_continue(monkeypatch, tmp_path):
+def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_continue(run_cli, monkeypatch,
+                                                                                   tmp_path):
     """Interrupted at update 4, resumed at update 3, interrupted again at update 4 (before the
     checkpoint at 6): the checkpoint of update 3 is still there, so summary.json and the CLI must
     still say so."""
@@ -305,14 +298,14 @@ def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_contin
 
 @pytest.mark.parametrize("flag", [["--seed", 0], ["--progress-every", 0], ["--checkpoint-every", 0],
                                   ["--total-timesteps", 0]])
-def test_resume_refuses_options_given_as_zero(tmp_path, flag):
+def test_resume_refuses_options_given_as_zero(run_cli, tmp_path, flag):
     """`--seed 0` etc. are given options too: --resume must refuse them like `--seed 3`, not
     ignore them silently (0 == False slipped through the check)."""
     code, _, err = run_cli("train", "--resume", tmp_path, *flag)
     assert code == 2 and f"drop {flag[0]}" in err, err
 
 
-def test_resume_with_an_edited_config_says_what_to_do(uninterrupted, tmp_path):
+def test_resume_with_an_edited_config_says_what_to_do(run_cli, uninterrupted, tmp_path):
     """config.json edited after the run started: the error names config.json and a way on."""
     run_dir = tmp_path / "run"
     stopped_while_evaluating(uninterrupted[1].path, run_dir)
@@ -378,9 +371,9 @@ def test_a_resume_on_another_number_of_threads_says_it_matches_to_rounding_only(
     """Two seeds on two host threads, resumed where the seeds share one thread (a machine with
     one core): other programs, so a note, and the same training to float32 rounding."""
     full = uninterrupted[2]
-    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
+    monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 2)
     interrupted_run(monkeypatch, 8, tmp_path / "run", num_seeds=2)
-    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 1)
+    monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 1)
     err = io.StringIO()
     run = runs.resume_run(tmp_path / "run", progress=False, progress_file=err)  # said without progress too
     assert "the run trained its seeds on 2 host thread(s) and resumes on 1" in err.getvalue()
@@ -388,13 +381,13 @@ def test_a_resume_on_another_number_of_threads_says_it_matches_to_rounding_only(
     for name, value in full.result.metrics.items():
         np.testing.assert_allclose(run.result.metrics[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
     err = io.StringIO()  # the same threads: no note
-    monkeypatch.setattr(runs, "num_streams", lambda num_seeds: 2)
+    monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 2)
     interrupted_run(monkeypatch, 8, tmp_path / "again", num_seeds=2)
     runs.resume_run(tmp_path / "again", progress_file=err)
     assert "host thread" not in err.getvalue()
 
 
-def test_evaluating_an_unfinished_run_says_so(monkeypatch, tmp_path):
+def test_evaluating_an_unfinished_run_says_so(run_cli, monkeypatch, tmp_path):
     interrupted_run(monkeypatch, 8, tmp_path / "run", num_seeds=1)
     got = runs.evaluate_run(tmp_path / "run")
     assert (got["update"], got["num_updates"]) == (6, 10)
@@ -403,7 +396,7 @@ def test_evaluating_an_unfinished_run_says_so(monkeypatch, tmp_path):
     assert "(the run has not finished: its checkpoint holds update 6 of 10)" in out
 
 
-def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(monkeypatch, tmp_path):
+def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(run_cli, monkeypatch, tmp_path):
     # W&B started new runs on every resume; now the seeds' runs go on (wandb.init(id=, resume="allow")).
     # A stand-in for wandb: what wandb.init was asked for, and run ids as W&B gives them.
     import types

@@ -6,9 +6,7 @@ The holders are real processes, held mid-run by a logger that waits for a file (
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import os
 import signal
@@ -18,7 +16,7 @@ import time
 
 import pytest
 
-from fusedrl import cli, run_lock, runs
+from fusedrl import run_lock, runs
 from fusedrl.train import preset
 
 # 4 updates of 4 envs x 8 steps; a progress row every update.
@@ -52,13 +50,6 @@ class Gate:
 runs.train_run(preset("CartPole-v1", **{TINY!r}), out, progress=False, loggers=[Gate()], eval_episodes=2,
                progress_every=1, checkpoint_every=every)
 """
-
-
-def run_cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def held_child(out, gate, every):
@@ -100,7 +91,7 @@ def test_a_second_taker_is_refused_naming_the_holder(tmp_path):
     run_lock.acquire(tmp_path).release()
 
 
-def test_a_locked_folder_is_refused_before_anything_is_touched(tmp_path):
+def test_a_locked_folder_is_refused_before_anything_is_touched(run_cli, tmp_path):
     run = fake_run_folder(tmp_path / "run")
     config = preset("CartPole-v1", **TINY)
     with run_lock.acquire(run):
@@ -149,7 +140,7 @@ def test_a_running_status_without_its_writer_reads_interrupted(tmp_path, summary
     assert runs.run_status(tmp_path) is None  # not a run folder
 
 
-def test_a_second_process_is_refused_and_the_first_finishes_untouched(tmp_path):
+def test_a_second_process_is_refused_and_the_first_finishes_untouched(run_cli, tmp_path):
     run = tmp_path / "run"
     holder = held_child(run, tmp_path / "gate", every=0)
     try:
@@ -176,7 +167,7 @@ def test_a_second_process_is_refused_and_the_first_finishes_untouched(tmp_path):
     assert (run / "checkpoint").is_dir() and run_lock.holder(run) is None  # the final checkpoint only
 
 
-def test_a_killed_holders_run_reads_interrupted_and_resumes(tmp_path):
+def test_a_killed_holders_run_reads_interrupted_and_resumes(run_cli, tmp_path):
     run = tmp_path / "run"
     holder = held_child(run, tmp_path / "gate", every=1)  # checkpoint 1 saved, waiting at update 2
     holder.send_signal(signal.SIGKILL)

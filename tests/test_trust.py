@@ -8,8 +8,6 @@ marker, not in sys.modules); with it they work, and sys.path is as it was.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -19,7 +17,7 @@ import numpy as np
 import pytest
 
 import fusedrl
-from fusedrl import cli, runs
+from fusedrl import runs
 from fusedrl.trust import UntrustedImportsError
 
 ENVS, NET = "trust_marker_envs", "trust_marker_net"
@@ -42,15 +40,8 @@ TINY = ["--total-timesteps", 64, "--set", "num_envs=4", "--set", "num_steps=8", 
         "--set", "update_epochs=1", "--eval-episodes", 2, "--no-progress"]
 
 
-def run_cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def project(run_cli, tmp_path_factory):
     """A folder holding the two modules and `run`, a finished run trained from it by the CLI."""
     folder = tmp_path_factory.mktemp("project")
     (folder / f"{ENVS}.py").write_text(MARK)
@@ -87,7 +78,7 @@ def imported(project) -> list[str]:
     return [n for n in (ENVS, NET) if n in sys.modules or (project / f"{n}.imported").exists()]
 
 
-def test_every_reader_of_a_run_folder_refuses_its_modules_without_trust(fresh):
+def test_every_reader_of_a_run_folder_refuses_its_modules_without_trust(run_cli, fresh):
     run, path = fresh / "run", list(sys.path)
 
     def refused(text, *, cli_flag):
@@ -113,7 +104,7 @@ def test_every_reader_of_a_run_folder_refuses_its_modules_without_trust(fresh):
     assert imported(fresh) == []
 
 
-def test_a_file_that_names_an_installed_module_is_refused_too(fresh, tmp_path):
+def test_a_file_that_names_an_installed_module_is_refused_too(run_cli, fresh, tmp_path):
     # Any module on the path, not only one beside the folder ("this" prints the Zen of Python).
     run = tmp_path / "run"
     shutil.copytree(fresh / "run", run)
@@ -126,7 +117,7 @@ def test_a_file_that_names_an_installed_module_is_refused_too(fresh, tmp_path):
     assert out == "" and ("this" in sys.modules) == before
 
 
-def test_trusted_readers_import_the_modules_and_leave_sys_path_as_it_was(fresh):
+def test_trusted_readers_import_the_modules_and_leave_sys_path_as_it_was(run_cli, fresh):
     run, path = fresh / "run", list(sys.path)
     code, out, err = run_cli("evaluate", run, "--trust-imports")
     assert code == 0 and "mean" in out, err
@@ -143,7 +134,7 @@ def test_trusted_readers_import_the_modules_and_leave_sys_path_as_it_was(fresh):
     assert code == 2 and "has finished" in err, err
 
 
-def test_modules_typed_on_the_command_line_are_trusted(fresh):
+def test_modules_typed_on_the_command_line_are_trusted(run_cli, fresh):
     run = fresh / "run"
     code, _, err = run_cli("evaluate", run, "--import", ENVS)  # the network's module is not typed
     assert code == 2 and f"'{NET}' (imports and network" in err and f"'{ENVS}'" not in err, err

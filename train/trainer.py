@@ -106,12 +106,14 @@ class Trainer:
       normalize_adv: standardise advantages per minibatch; default: the algorithm's
         (`Algorithm.normalize_adv` of the config). `fusedrl.data_parallel_train` sets it for a shard whose own
         minibatch is one transition, normalised with the statistics of all shards' minibatches.
+      env: the (env, env_params) that `fusedrl.make(config.env_id, **config.env_params)` gave, if
+        the caller has built it already (a run builds its env once); default: built here.
     """
 
     def __init__(self, config, algorithm: Algorithm, *,
                  callback: Callable[[dict[str, Any]], None] | None = None, callback_every: int = 1,
                  axis_name: str | None = None, tuning: Tuning | None = None,
-                 normalize_adv: bool | None = None):
+                 normalize_adv: bool | None = None, env: tuple[Any, Any] | None = None):
         check_callback(callback, callback_every)
         if tuning is not None and not isinstance(tuning, Tuning):
             raise TypeError(f"tuning must be a fusedrl.train.tuning.Tuning (or None), got "
@@ -124,7 +126,7 @@ class Trainer:
         if normalize_adv is None:
             normalize_adv = algorithm.normalize_adv(config)
         self.normalize_adv = normalize_adv
-        self.env, self.env_params = make(config.env_id, **config.env_params)
+        self.env, self.env_params = make(config.env_id, **config.env_params) if env is None else env
         # A multi-agent env (JaxMARL's contract) is stepped as a TeamEnv whose agents are rows of the
         # batch (`make_env`): everything below sees one agent's row (fusedrl.train.multiagent).
         self.team = MA.team_env(config, self.env) if is_multi_agent(self.env) else None

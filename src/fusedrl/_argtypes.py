@@ -63,10 +63,11 @@ def import_modules(names: Sequence[str], *, source: str = "--import") -> None:
             sys.path.remove(cwd)
 
 
-def check_network(config, error: type[Exception]) -> list[str]:
+def check_network(config, error: type[Exception], env=None) -> list[str]:
     """A config's own network (`network="module:function"`), imported (the current directory on the
     path, as for --import) and built once to check it, before anything trains; a failure raises
-    `error` with the reason. Returns the module to record with the run's imports ([] without one)."""
+    `error` with the reason. Returns the module to record with the run's imports ([] without one).
+    `env`: the run's (env, env_params), if built already: the check builds no other."""
     if config.network is None:
         return []
     from fusedrl.networks import BUILTIN_NETWORKS, network_module  # start-up time: networks loads JAX
@@ -78,7 +79,7 @@ def check_network(config, error: type[Exception]) -> list[str]:
     from fusedrl.learners import make_train  # start-up time: the CLI's usage checks load no JAX
 
     try:
-        make_train(config)
+        make_train(config, env=env)
     except (TypeError, ValueError) as e:
         raise error(f"invalid configuration: {e}") from None
     return [] if module is None else [module]

@@ -101,16 +101,19 @@ class HostTrainer:
       callback: optional `callback(metrics: dict[str, np.ndarray])`, called on the host every
         `callback_every` updates with that update's metrics.
       callback_every: updates between callbacks.
+      env: the (HostEnv, None) that `fusedrl.make(config.env_id, **config.env_params)` gave, if the
+        caller has built it already; default: built here.
     """
 
     #: `jax.jit(train)` is not possible: callers (the CLI) check this to call `train(key)` directly.
     jittable = False
 
-    def __init__(self, config: OnPolicyConfig, *, callback: Callable | None = None, callback_every: int = 1):
+    def __init__(self, config: OnPolicyConfig, *, callback: Callable | None = None, callback_every: int = 1,
+                 env: tuple[Any, Any] | None = None):
         algorithm = algorithm_of(config)
         if not is_host_env_id(config.env_id):
             raise ValueError(f"HostTrainer trains 'gymnasium:' env ids, got {config.env_id!r}.")
-        self.trainer = Trainer(config, algorithm, callback=callback, callback_every=callback_every)
+        self.trainer = Trainer(config, algorithm, callback=callback, callback_every=callback_every, env=env)
         self.config, self.callback, self.callback_every = config, callback, int(callback_every)
         t = self.trainer
         self.env, self.env_params, self.network = t.env, t.env_params, t.network

@@ -334,10 +334,11 @@ def config_differences(saved: Mapping[str, Any], expected: OnPolicyConfig,
     return lines
 
 
-def templates(config: OnPolicyConfig, num_seeds: int | None, key_impl: str | None = None):
+def templates(config: OnPolicyConfig, num_seeds: int | None, key_impl: str | None = None, *,
+              env: tuple[Any, Any] | None = None):
     """Abstract (shape/dtype) state and hparams a checkpoint of `config` must match; its PRNG keys
-    of `key_impl` (default: JAX's default)."""
-    train = make_train(config)
+    of `key_impl` (default: JAX's default). `env`: `config`'s (env, env_params), if built already."""
+    train = make_train(config, env=env)
     hparams = config.hparams(train.env_params)
     key = jax.random.key(0, impl=key_impl)
     if num_seeds is None:
@@ -370,13 +371,16 @@ def _ignore_callbacks_into_closed_loops() -> None:
     sys.unraisablehook = hook
 
 
-def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
+def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None, *,
+            env: tuple[Any, Any] | None = None):
     """Reads a checkpoint written by `save`.
 
     Args:
       path: the checkpoint directory.
       config: the config the caller expects; any field that differs from the checkpoint's is
         named in the error. Default: the checkpoint's own config.
+      env: `config`'s (env, env_params), if the caller has built it (a run builds its env once);
+        used only with `config`.
 
     Returns:
       (config, state, hparams, meta): the checkpoint's config (of its algorithm's class:
@@ -405,7 +409,8 @@ def restore(path: str | os.PathLike, config: OnPolicyConfig | None = None):
             )
     num_seeds = meta.get("num_seeds")
     key_impls = set(meta.get("prng_keys", {}).values())  # a run's keys share one impl
-    state_t, hparams_t = templates(saved_config, num_seeds, key_impls.pop() if len(key_impls) == 1 else None)
+    state_t, hparams_t = templates(saved_config, num_seeds, key_impls.pop() if len(key_impls) == 1 else None,
+                                   env=None if config is None else env)
     template = {"state": state_t, "hparams": hparams_t}
     leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
     names = [_path_name(p) for p, _ in leaves]

@@ -206,6 +206,13 @@ def cmd_sweep(args) -> int:
 # ----------------------------------------------------------------------------------- train
 def resolve(args) -> tuple[OnPolicyConfig, Any]:
     """The config and RunOptions a `train` command asks for (no work done yet)."""
+    config, options, _ = resolve_run(args)
+    return config, options
+
+
+def resolve_run(args) -> tuple[OnPolicyConfig, Any, tuple[Any, Any]]:
+    """The config, RunOptions and built (env, env_params) of the run a `train` command asks for
+    (the env is built here, once: the run takes it over)."""
     from fusedrl.envs import make
     from fusedrl.envs.host import HostEnvError, is_host_env_id
     from fusedrl.runs import RunOptions, check_supported, read_config_file
@@ -252,10 +259,12 @@ def resolve(args) -> tuple[OnPolicyConfig, Any]:
         base = {**base, "env_id": env_id}  # a file without env_id trains --env's env, not PPOConfig's default
     else:
         env_id, base, algo = args.env, {}, args.algo or "ppo"
+    base_env_params = dict(base.get("env_params", {}))
     try:
-        env_params = make(env_id, **dict(base.get("env_params", {})))[1]
+        built = make(env_id, **base_env_params)
     except (ValueError, TypeError, HostEnvError) as e:  # HostEnvError: gymnasium.make refused the params
         raise CLIError(str(e)) from None
+    env_params = built[1]
 
     overrides = parse_overrides(args.overrides, env_param_defaults(env_params),
                                 total_timesteps=args.total_timesteps, config_cls=config_class(algo))
@@ -270,7 +279,9 @@ def resolve(args) -> tuple[OnPolicyConfig, Any]:
             config = config_class(algo).from_dict({**base, **overrides})
         else:
             config = preset(env_id, algo=algo, **{k: v for k, v in overrides.items() if k != "env_id"})
-        env, env_params = make(config.env_id, **config.env_params)
+        if config.env_id != env_id or dict(config.env_params) != base_env_params:  # --set env_params.*
+            built = make(config.env_id, **config.env_params)
+        env, env_params = built
         if is_host_env_id(config.env_id):  # the config's rules that need the env, before any compile
             from fusedrl.bridge import check_host_config
 
@@ -285,7 +296,7 @@ def resolve(args) -> tuple[OnPolicyConfig, Any]:
                         ("checkpoint_every", args.checkpoint_every)):
         if value is not None:
             run_opts[name] = value
-    network_modules = check_network(config, CLIError)
+    network_modules = check_network(config, CLIError, built)
     # Recorded in config.json, so that evaluate, --resume and fusedrl.load find the env (and the
     # network) again.
     run_opts["imports"] = list(dict.fromkeys([*run_opts.get("imports", []), *args.imports, *network_modules]))
@@ -294,7 +305,7 @@ def resolve(args) -> tuple[OnPolicyConfig, Any]:
         check_supported(config, options)
     except (TypeError, ValueError) as e:
         raise CLIError(str(e)) from None
-    return config, options
+    return config, options, built
 
 
 def default_out(env_id: str, root: Path = Path("runs")) -> Path:
@@ -315,8 +326,9 @@ RESUME_CONFLICTS = (("env", "--env"), ("algo", "--algo"), ("config", "--config")
                     ("checkpoint_every", "--checkpoint-every"))
 
 
-def resolve_resume(args) -> tuple[OnPolicyConfig, Any]:
-    """The config and RunOptions of the run folder `--resume` continues."""
+def resolve_resume(args) -> tuple[OnPolicyConfig, Any, tuple[Any, Any] | None]:
+    """The config, RunOptions and built (env, env_params) of the run folder `--resume` continues
+    (None for a "gymnasium:" env: the run builds it)."""
     from fusedrl import run_lock
     from fusedrl.envs import make
     from fusedrl.envs.host import is_host_env_id
@@ -340,12 +352,13 @@ def resolve_resume(args) -> tuple[OnPolicyConfig, Any]:
     except (OSError, ValueError) as e:
         raise CLIError(str(e)) from None
     args.resumed_status = run_status(args.resume)  # "interrupted" where its writer died
+    built = None
     if not is_host_env_id(config.env_id):
         try:  # an env registered by a module: without its --import, a usage error (as without --resume)
-            make(config.env_id, **config.env_params)
+            built = make(config.env_id, **config.env_params)
         except (TypeError, ValueError) as e:
             raise CLIError(str(e)) from None
-    return config, options
+    return config, options, built
 
 
 #: In a run folder: the project and each seed's W&B run id, so that `--resume` continues those runs.
@@ -406,24 +419,38 @@ def time_line(summary: dict[str, Any], wall: float, cache_before: dict[str, int]
 
 
 def cmd_train(args) -> int:
+    """`fusedrl train`: the run the arguments ask for (a new one, or --resume's), announced, run,
+    and reported."""
     started = getattr(args, "started", None) or time.perf_counter()  # set by main: the whole command
-    from fusedrl.checkpoint import CheckpointError
-    from fusedrl.envs.host import is_host_env_id
-    from fusedrl.loggers import TensorBoardLogger, WandbLogger
-    from fusedrl.run_lock import LOCK_FILE, RunFolderLocked
-    from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
-    from fusedrl.train.presets import preset_source
-    from fusedrl.train.trainer import EnvFaultError
+    from fusedrl.compile_cache import cache_counts
 
     if args.resume is not None:
-        config, options = resolve_resume(args)
+        config, options, env = resolve_resume(args)
         out = args.resume
     else:
-        config, options = resolve(args)
+        config, options, env = resolve_run(args)
         out = args.out if args.out is not None else default_out(config.env_id)
+    loggers = optional_loggers(args, config, options)
+    announce(args, config, options, out)
+    cache_before = cache_counts()
+    run = run_train(args, config, options, env, out, loggers)
+    if run is None:  # interrupted: announced with what the folder keeps
+        return 130
+    from fusedrl.runs import summary_table
+
+    print(summary_table(run.summary))
+    print(time_line(run.summary, time.perf_counter() - started, cache_before, cache_counts()))
+    print(f"saved {out}/: config.json metrics.csv learning_curve.png checkpoint/ summary.json")
+    return 0
+
+
+def optional_loggers(args, config: OnPolicyConfig, options) -> list[Any]:
+    """The loggers --tensorboard and --wandb-project ask for, as factories of the run folder. The
+    optional backends are checked now (a missing package is a usage error, before any work), and
+    built once the run folder exists: TensorBoard writes into it."""
+    from fusedrl.loggers import TensorBoardLogger, WandbLogger
+
     loggers: list[Any] = []
-    # Check the optional backends now (a missing package is a usage error, before any work), but
-    # build them once the run folder exists: TensorBoard writes into it.
     try:
         if args.tensorboard:
             TensorBoardLogger.check_installed()
@@ -434,6 +461,15 @@ def cmd_train(args) -> int:
                                              resuming=args.resume is not None))
     except ImportError as e:
         raise CLIError(str(e)) from None
+    return loggers
+
+
+def announce(args, config: OnPolicyConfig, options, out) -> None:
+    """The run's first line on stderr (env, where its config came from, its size, its folder), and
+    a note when total_timesteps was rounded down to whole updates."""
+    from fusedrl.envs.host import is_host_env_id
+    from fusedrl.train.presets import preset_source
+
     source = preset_source(config.env_id, config.algo)
     if args.resume is not None:
         status = getattr(args, "resumed_status", None)
@@ -455,16 +491,23 @@ def cmd_train(args) -> int:
         o.split("=", 1)[0].strip() == "total_timesteps" for o in args.overrides)
     if args.resume is None and budget_given and config.env_steps != config.total_timesteps:
         print(rounding_note(config), file=sys.stderr)
-    from fusedrl.compile_cache import cache_counts
 
-    cache_before = cache_counts()
+
+def run_train(args, config: OnPolicyConfig, options, env, out, loggers):
+    """The run (`fusedrl.runs.train_run`, or `resume_run` for --resume), or None after Ctrl-C, once
+    stderr says what the folder keeps and how to continue; the run's expected errors are usage
+    errors."""
+    from fusedrl.checkpoint import CheckpointError
+    from fusedrl.run_lock import LOCK_FILE, RunFolderLocked
+    from fusedrl.runs import ResumeError, RunFolderExists, resume_run, train_run
+    from fusedrl.train.trainer import EnvFaultError
+
     try:
         if args.resume is not None:
-            run = resume_run(out, progress=not args.no_progress, loggers=loggers,
-                             trust_imports=args.trust_imports)
-        else:
-            run = train_run(config, out, options=options, overwrite=args.overwrite,
-                            progress=not args.no_progress, loggers=loggers)
+            return resume_run(out, progress=not args.no_progress, loggers=loggers,
+                              trust_imports=args.trust_imports, env=env)
+        return train_run(config, out, options=options, overwrite=args.overwrite,
+                         progress=not args.no_progress, loggers=loggers, env=env)
     except (RunFolderExists, RunFolderLocked, ResumeError, CheckpointError, EnvFaultError) as e:
         raise CLIError(str(e)) from None
     except KeyboardInterrupt:
@@ -477,13 +520,7 @@ def cmd_train(args) -> int:
         if update is not None:
             print(f"its checkpoint holds update {update} of {config.num_updates}: continue with "
                   f"`fusedrl train --resume {out}`", file=sys.stderr)
-        return 130
-    from fusedrl.runs import summary_table
-
-    print(summary_table(run.summary))
-    print(time_line(run.summary, time.perf_counter() - started, cache_before, cache_counts()))
-    print(f"saved {out}/: config.json metrics.csv learning_curve.png checkpoint/ summary.json")
-    return 0
+        return None
 
 
 def _checkpoint_update(run_dir: Path) -> int | None:

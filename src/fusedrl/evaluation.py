@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +34,7 @@ def evaluate(
     *,
     greedy: bool = True,
     max_steps: int | None = None,
+    trainer: Trainer | None = None,
 ) -> jax.Array:
     """Returns of `num_episodes` episodes of the trained policy, float32 [num_episodes].
 
@@ -67,6 +68,9 @@ def evaluate(
     and result shape, so an eager call costs one compile rather than one per operation.
     `max_steps` is an input of that program, not part of it: bounded and unbounded evaluations
     share it (`train_run` bounds its evaluation; `fusedrl.evaluate` does not by default).
+
+    `trainer`: `config`'s trainer (`fusedrl.make_train(config)`), if the caller has one (a run
+    does): the evaluation uses its env and network instead of building them again.
     """
     num_episodes, greedy, max_steps = check_evaluate_args(num_episodes, greedy, max_steps)
     if not isinstance(result, TrainResult):
@@ -85,9 +89,10 @@ def evaluate(
     # `jax.transfer_guard("disallow")` refuses.
     fault = result.metrics.get(ENV_FAULT)
     if fault is not None and not isinstance(fault, jax.core.Tracer) and jax.device_get(fault).any():
-        make_train(config).check(result)  # raises, naming the field and the update
+        (trainer or make_train(config)).check(result)  # raises, naming the field and the update
     bound = jax.device_put(np.int32(-1 if max_steps is None else max_steps))
-    returns, no_action = _evaluator(config, num_episodes, greedy)(result.replace(metrics={}), key, bound)
+    program = _evaluator(config, num_episodes, greedy, trainer)
+    returns, no_action = program(result.replace(metrics={}), key, bound)
     if not isinstance(no_action, jax.core.Tracer) and jax.device_get(no_action).any():
         raise ValueError(
             f"{config.env_id}: an observation's {ACTION_MASK} allowed no action during the evaluation "
@@ -133,20 +138,30 @@ def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int
     return int(num_episodes), greedy, None if max_steps is None else int(max_steps)
 
 
-@functools.lru_cache(maxsize=16)
-def _evaluator(config: OnPolicyConfig, num_episodes: int, greedy: bool):
+#: `evaluate`'s programs of the latest (config, num_episodes, greedy).
+_EVALUATORS: dict[tuple[OnPolicyConfig, int, bool], Any] = {}
+
+
+def _evaluator(config: OnPolicyConfig, num_episodes: int, greedy: bool, trainer: Trainer | None = None):
     """`evaluate`'s program: (result, key, max_steps) -> returns. `max_steps` (an int32; < 0: no
     bound) is traced: one program serves every bound. `greedy` stays a constant: a program that could
-    do both would compile the sampling into every greedy evaluation too."""
-    trainer = make_train(config)
+    do both would compile the sampling into every greedy evaluation too. Built from `trainer`, or
+    from `make_train(config)` when not given, once per (config, num_episodes, greedy)."""
+    cache_key = (config, num_episodes, greedy)
+    if cache_key not in _EVALUATORS:
+        trainer = trainer or make_train(config)
 
-    def run(result, key, max_steps):
-        return _evaluate_any(trainer, result, key, num_episodes, greedy, max_steps)
+        def run(result, key, max_steps):
+            return _evaluate_any(trainer, result, key, num_episodes, greedy, max_steps)
 
-    return jax.jit(run)
+        if len(_EVALUATORS) >= 16:
+            _EVALUATORS.pop(next(iter(_EVALUATORS)))
+        _EVALUATORS[cache_key] = jax.jit(run)
+    _EVALUATORS[cache_key] = _EVALUATORS.pop(cache_key)  # the latest used last: the first to go is the oldest
+    return _EVALUATORS[cache_key]
 
 
-on_register(lambda env_id: _evaluator.cache_clear())  # a replaced env: rebuild the evaluator
+on_register(lambda env_id: _EVALUATORS.clear())  # a replaced env: rebuild the evaluator
 
 
 def _evaluate_any(trainer: Trainer, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool,
