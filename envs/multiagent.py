@@ -196,7 +196,7 @@ class TeamEnv(Environment):
                 # False from each agent's own n_a on
                 out[ACTION_MASK] = jnp.stack([jnp.pad(m, (0, n - m.shape[0])) for m in rows])
             else:
-                out[ACTION_MASK] = jnp.arange(n) < jnp.asarray(self.action_sizes)[:, None]
+                out[ACTION_MASK] = jnp.arange(n)[None, :] < jnp.asarray(self.action_sizes)[:, None]
         if self.world_state:
             ws = obs[WORLD_STATE] if isinstance(obs, dict) and WORLD_STATE in obs else jnp.concatenate(flat)
             ws = jnp.asarray(ws, jnp.float32)
