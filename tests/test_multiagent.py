@@ -100,9 +100,34 @@ class Trap:
         return self.get_obs(new), new, rewards, {"agent_0": done, "agent_1": done, "__all__": done}, {}
 
 
-class MixedSpaces(EndsEarly):
+class PaddedTrap(Trap):
+    """Trap whose agents differ: agent_0 has 2 actions and a 1-number observation, agent_1 3 actions
+    and a 3-number one; the rows pad agent_0's to 3 and mask its action 2 (which would pay 10, as
+    agent_1's own masked action 0 does)."""
+
+    FORBIDDEN = (2, 0)
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (1,) if agent == "agent_0" else (3,), jnp.float32)
+
     def action_space(self, agent):
         return spaces.Discrete(2 if agent == "agent_0" else 3)
+
+    def get_obs(self, s):
+        return {"agent_0": jnp.full((1,), 0.5, jnp.float32), "agent_1": jnp.full((3,), 0.25, jnp.float32)}
+
+    def get_avail_actions(self, s):
+        return {"agent_0": jnp.ones((2,), bool), "agent_1": jnp.arange(3) != 0}
+
+
+class MixedKinds(EndsEarly):
+    def action_space(self, agent):
+        return spaces.Discrete(2) if agent == "agent_0" else spaces.Box(-1.0, 1.0, (2,), jnp.float32)
+
+
+class BoxSizes(EndsEarly):
+    def action_space(self, agent):
+        return spaces.Box(-1.0, 1.0, (2,) if agent == "agent_0" else (3,), jnp.float32)
 
 
 def shifted_team(base):
@@ -130,7 +155,9 @@ def my_team():
     fusedrl.register("ShiftedTeam-v0", shifted_team(module.MatchingTeam))
     fusedrl.register("EndsEarly-v0", EndsEarly)
     fusedrl.register("Trap-v0", Trap)
-    fusedrl.register("MixedSpaces-v0", MixedSpaces)
+    fusedrl.register("PaddedTrap-v0", PaddedTrap)
+    fusedrl.register("MixedKinds-v0", MixedKinds)
+    fusedrl.register("BoxSizes-v0", BoxSizes)
     yield module
     registry._REGISTRY.clear()
     registry._REGISTRY.update(saved)
@@ -146,8 +173,12 @@ def test_make_returns_the_users_env_and_refuses_params(my_team):
 
 
 def test_what_the_learners_cannot_take_is_refused_by_name():
-    with pytest.raises(ValueError, match="action spaces differ"):
-        fusedrl.make("MixedSpaces-v0")
+    with pytest.raises(ValueError, match=r"MixedKinds-v0: the agents' action spaces differ \(agent_0: "
+                       r"Discrete\(2\), agent_1: Box\(shape=\(2,\).*nor a mix of discrete and continuous"):
+        fusedrl.make("MixedKinds-v0")
+    with pytest.raises(ValueError, match=r"BoxSizes-v0: .*agent_0: Box\(shape=\(2,\).*"
+                       r"agent_1: Box\(shape=\(3,\)"):
+        fusedrl.make("BoxSizes-v0")
     with pytest.raises(ValueError, match="critic='centralized'.*CartPole-v1 has one agent"):
         make_train(PPOConfig(env_id="CartPole-v1", critic="centralized"))
     with pytest.raises(ValueError, match="share_parameters=False.*one agent"):
@@ -314,10 +345,13 @@ def test_one_update_matches_a_float64_reference(critic, shared):
 
 
 # ----------------------------------------------------------------------------- masks honoured
-def test_masked_actions_are_never_taken():
+@pytest.mark.parametrize("env_id", ["Trap-v0", "PaddedTrap-v0"])
+def test_masked_actions_are_never_taken(env_id):
     """Trap's forbidden actions pay 10 against 1: no rollout of a training run takes one, in training or
-    greedy evaluation, and the team return never exceeds what the allowed actions can earn."""
-    config = PPOConfig(env_id="Trap-v0", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, lr=1e-2,
+    greedy evaluation, and the team return never exceeds what the allowed actions can earn. In
+    PaddedTrap agent_0's forbidden action is the padding (its env has 2 actions): its row's observation
+    is its own, zero-padded, and its mask rules the padded action out."""
+    config = PPOConfig(env_id=env_id, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, lr=1e-2,
                        hidden_sizes=(16,))
     train = make_train(config)
     hp = train.default_hparams()
@@ -325,6 +359,10 @@ def test_masked_actions_are_never_taken():
     rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key))
     learn = jax.jit(train.learn_from_rollout)
     state = jax.jit(train.init)(jax.random.key(0), hp)
+    if env_id == "PaddedTrap-v0":
+        obs, _ = venv.reset(jax.random.key(0), hp.env_params)
+        np.testing.assert_array_equal(obs["obs"][:2], [[0.5, 0.0, 0.0], [0.25, 0.25, 0.25]])
+        np.testing.assert_array_equal(obs["action_mask"][:2], [[True, True, False], [False, True, True]])
     taken = []
     for _ in range(config.num_updates):
         key, k_roll = jax.random.split(state.key)
