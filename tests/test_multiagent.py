@@ -344,6 +344,36 @@ def test_one_update_matches_a_float64_reference(critic, shared):
     assert int(metrics["episodes_completed"]) == int(np.asarray(traj.episode_done).sum()) // A
 
 
+@pytest.mark.parametrize("critic", ["decentralized", "centralized"], ids=["IPPO", "MAPPO"])
+def test_a_data_parallel_update_is_the_update_of_all_envs(critic):
+    """One epoch of one minibatch: the update of 2 shards of 2 envs each (a shard holds whole teams,
+    the rows n * A + a of its envs; advantages normalised with the pooled statistics, gradients
+    averaged with pmean) is the single-device update of the 4 envs' 8 rows. And data_parallel_train
+    trains the agent on 2 shards (on one device, as a vmap with the axis name)."""
+    from fusedrl.data_parallel import data_parallel_train
+
+    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, num_envs=4, num_steps=8,
+                       total_timesteps=4 * 8 * 2, update_epochs=1, num_minibatches=1, hidden_sizes=(8,))
+    plain = make_train(config)
+    dp = make_train(config.replace(num_envs=2), axis_name="shards")
+    hp = plain.default_hparams()
+    venv = plain.make_env(hp)
+    state = jax.jit(plain.init)(jax.random.key(0), hp)
+    after, traj = jax.jit(lambda s: plain.rollout(s, hp, venv, jax.random.key(5)))(state)
+    want = jax.jit(plain.learn_from_rollout)(after, traj, hp)[0]
+    shards = jax.tree.map(lambda x: jnp.stack(jnp.split(x, 2, axis=1)), traj)  # shard i: envs 2i, 2i + 1
+    both = jax.vmap(dp.learn_from_rollout, in_axes=(None, 0, None), axis_name="shards")
+    got = jax.jit(both)(after, shards, hp)[0]
+    for a, b in zip(jax.tree.leaves(want.params), jax.tree.leaves(got.params), strict=True):
+        np.testing.assert_allclose(b[0], a, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(b[1], a, rtol=1e-4, atol=1e-6)
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(state.params),
+                                                         jax.tree.leaves(want.params), strict=True))
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=2)(jax.random.key(0))
+    assert agent.metrics["env_steps"].tolist() == [32, 64]  # both shards' envs, not their rows
+    assert np.isfinite(np.asarray(agent.metrics["episode_return_agent_1"])).all()
+
+
 # ----------------------------------------------------------------------------- masks honoured
 @pytest.mark.parametrize("env_id", ["Trap-v0", "PaddedTrap-v0"])
 def test_masked_actions_are_never_taken(env_id):
