@@ -185,8 +185,6 @@ def test_what_the_learners_cannot_take_is_refused_by_name():
         make_train(PPOConfig(env_id="CartPole-v1", share_parameters=False))
     with pytest.raises(ValueError, match="critic must be 'decentralized'.*or 'centralized'"):
         PPOConfig(env_id=ENV_ID, critic="central")
-    with pytest.raises(ValueError, match="critic='centralized' is not implemented with recurrent='gru'"):
-        make_train(PPOConfig(env_id=ENV_ID, critic="centralized", recurrent="gru"))
     with pytest.raises(ValueError, match="share_parameters=False builds .* network='cnn'"):
         make_train(PPOConfig(env_id=ENV_ID, share_parameters=False, network="cnn"))
 
@@ -474,6 +472,62 @@ def test_other_learners_take_multi_agent_envs(config):
     assert int(result.metrics["episodes_completed"][-1]) == config.num_envs  # one 8-step episode per env
     assert np.isfinite(np.asarray(result.metrics["policy_loss"])).all()
     assert float(result.metrics["episode_length"][-1]) == MAX_STEPS
+
+
+RECURRENT = [("centralized", True, "gru"), ("decentralized", False, "lstm"), ("centralized", False, "gru")]
+
+
+@pytest.mark.parametrize("critic, shared, cell", RECURRENT, ids=["MAPPO-gru", "IPPO-unshared-lstm",
+                                                                 "MAPPO-unshared-gru"])
+def test_recurrent_mappo_and_unshared_ippo(critic, shared, cell):
+    """Recurrent MAPPO and recurrent IPPO with a network per agent train (one 8-step episode per env
+    and update), and their network is its parts: each row's policy and next actor carry are its
+    agent's recurrent actor-critic on the row's own observation and id from the actor's carry; its
+    value (MAPPO) the critic's on the row's world_state and id from the critic's own carry; each
+    agent's parameters its own slice. Checked row by row against `RecurrentActorCritic` itself."""
+    from fusedrl.networks import RecurrentActorCritic
+
+    config = PPOConfig(env_id="ShiftedTeam-v0", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2,
+                       hidden_sizes=(8,), recurrent=cell, recurrent_size=8, critic=critic,
+                       share_parameters=shared)
+    train = make_train(config)
+    result = jax.jit(train)(jax.random.key(0))
+    assert int(result.metrics["episodes_completed"][-1]) == config.num_envs
+    assert np.isfinite(np.asarray(result.metrics["policy_loss"])).all()
+    net, params = train.network, result.params
+    hp = train.default_hparams()
+    obs, _ = train.make_env(hp).reset(jax.random.key(1), hp.env_params)  # rows [8]: env-major
+    carry = jax.tree.map(lambda x: jax.random.normal(jax.random.key(x.size), x.shape),
+                         net.initial_carry(8))  # a different carry per row, actor's and critic's
+    new_carry, (pi, value) = net.apply(params, carry, obs)
+    base = RecurrentActorCritic(**{f: getattr(net, f) for f in RecurrentActorCritic.__dataclass_fields__
+                                   if f not in ("parent", "name")})
+    actor_carry, critic_carry = carry if critic == "centralized" else (carry, None)
+
+    def one(tree, row):
+        return jax.tree.map(lambda x: x[row:row + 1], tree)
+
+    def own(p, agent):
+        return p if shared else jax.tree.map(lambda x: x[agent], p)
+
+    for row in range(8):
+        agent = row % 2
+        local = {"obs": obs["obs"][row:row + 1], "agent": obs["agent"][row:row + 1]}
+        a_carry, (a_pi, a_value) = base.apply({"params": own(params["params"]["actor"], agent)},
+                                              one(actor_carry, row), local)
+        np.testing.assert_allclose(pi.logits[row], a_pi.logits[0], rtol=1e-5, atol=1e-6)
+        got_actor = new_carry[0] if critic == "centralized" else new_carry
+        for x, y in zip(jax.tree.leaves(one(got_actor, row)), jax.tree.leaves(a_carry), strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        if critic == "centralized":
+            central = {"agent": obs["agent"][row:row + 1], "world_state": obs["world_state"][row:row + 1]}
+            c_carry, (_, c_value) = base.apply({"params": own(params["params"]["critic"], agent)},
+                                               one(critic_carry, row), central)
+            np.testing.assert_allclose(value[row], c_value[0], rtol=1e-5, atol=1e-6)
+            for x, y in zip(jax.tree.leaves(one(new_carry[1], row)), jax.tree.leaves(c_carry), strict=True):
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_allclose(value[row], a_value[0], rtol=1e-5, atol=1e-6)
 
 
 def test_the_cli_trains_mappo_on_a_users_env(tmp_path):
