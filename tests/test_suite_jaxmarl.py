@@ -211,3 +211,13 @@ def test_ppo_on_masked_envs_takes_only_allowed_actions(name, critic):
         assert np.isfinite(float(metrics["policy_loss"]))
     if critic == "centralized":
         assert traj.obs["world_state"].shape[-1] == 72  # SMAX 3m's state_size: 6 units x 12 features
+
+
+def test_fusedrl_envs_lists_each_distinct_agent_space():
+    """`fusedrl envs --suites` shows agents that differ (and are padded) with each one's own space."""
+    from fusedrl.cli import _agent_spaces
+
+    env, _ = fusedrl.make("jaxmarl:MPE_simple_tag_v3")
+    shown = _agent_spaces(env.agents, env.observation_space)
+    assert shown.startswith("3 agents x Box((16,)") and " + 1 agent x Box((14,)" in shown, shown
+    assert _agent_spaces(env.agents, env.action_space) == "4 agents x Discrete(5)"
