@@ -26,6 +26,7 @@ leave out. The ids (tests/test_suite_jaxmarl.py checks each family step by step 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -123,8 +124,12 @@ class JaxMARLEnv:
         self._hanabi = name == "hanabi"
         if type(env).__name__ == "HeuristicEnemySMAX":  # TeamEnv reads it where defined
             self.ended_at_time_limit = self._smax_time_limit
+
+    @functools.cached_property
+    def _obs(self) -> dict:
+        """{agent: ShapeDtypeStruct} of what reset returns (traced once, on first use)."""
         with suite_code():
-            self._obs = jax.eval_shape(lambda k: env.reset(k)[0], jax.random.key(0))
+            return jax.eval_shape(lambda k: self.env.reset(k)[0], jax.random.key(0))
 
     def observation_space(self, agent: str):
         space, obs = self.env.observation_space(agent), self._obs[agent]
