@@ -8,7 +8,8 @@ for A times as many single-agent envs. What is multi-agent is here:
   id lets agents that see the same thing act differently). `critic="centralized"` (MAPPO) values
   each row from the global state (`world_state`, with the agent's id) instead of the agent's own
   observation; `share_parameters=False` gives each agent its own parameters (a leading [A] axis on
-  every leaf), each row taking its agent's network.
+  every leaf), each row taking its agent's network. With `recurrent=` the same, as
+  `RecurrentAgentNetwork` (MAPPO's critic carries its own recurrent state beside the actor's).
 - the metrics: `episode_return` is the mean over a completed episode's rows, i.e. the episode's sum
   of the team reward (the mean over agents of their rewards), since every agent's episode ends with
   its env's; `agent_episode_return` [A] is each agent's own.
