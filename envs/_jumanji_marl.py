@@ -23,7 +23,7 @@ of one batch (IPPO; MAPPO with `critic="centralized"`).
   and Cleaner give that step discount 0, as they do a true end (a collision; a clean floor or an
   illegal move). Here the suite's env is built with its time limit off (`time_limit` at the int32
   maximum) and the adapter counts steps: the suite's limit is `max_steps`, its end is a truncation
-  (`is_truncated`), and the suite's own `LAST` (now always a true end) a termination, also on the
+  (`ended_at_time_limit`), and the suite's own `LAST` (now always a true end) a termination, also on the
   last step. Connector's agents that are connected or blocked are done (`dones[agent]`) before the
   episode ends; they keep their rows with the no-op as their only action.
 - Keys: Jumanji keeps its key in its state: `reset` passes its key to the suite's `reset`, and
@@ -185,7 +185,7 @@ class JumanjiTeam:
                                truncated=time_up & ~ended)
         return self._observe(timestep.observation), new, rewards, dones, {}
 
-    def is_truncated(self, state: JumanjiTeamState) -> jax.Array:
+    def ended_at_time_limit(self, state: JumanjiTeamState) -> jax.Array:
         """Whether the episode that ended on the last step ended at the time limit (`max_steps`)."""
         return state.truncated
 

@@ -9,7 +9,7 @@ The contract (`jaxmarl.environments.multi_agent_env.MultiAgentEnv`; a class need
     env.observation_space(agent), env.action_space(agent)            # per agent
     env.get_avail_actions(state) -> {agent: bool [n]}                # optional: action masks
     env.max_steps                                                    # optional: the time limit
-    env.is_truncated(state) -> bool []                               # optional: see below
+    env.ended_at_time_limit(state) -> bool []                        # optional: see below
 
 The learners fold the agent axis into the batch (JaxMARL's `batchify`, Mava's `agents_view`): an
 env of A agents is A rows, one per agent, each with its own reward and its own observation
@@ -27,7 +27,7 @@ observation), never terminated, as for single-agent envs; the episode ends where
 its length is the env's own (JaxMARL's MPE ends on step max_steps + 1). Agents done before the
 episode ends (`dones[agent]`) keep their rows until it does (their rewards are the env's, usually 0,
 and their masks what the env allows, usually a no-op). An env that can tell a time limit from a
-true end on the same step says which with `is_truncated(state)` (read after the step) instead.
+true end on the same step says which with `ended_at_time_limit(state)` (read after the step) instead.
 """
 
 from __future__ import annotations
@@ -69,8 +69,10 @@ def _space_kind(env_id: str, agent: str, space) -> tuple:
 
 
 def check_multi_agent_env(env_id: str, env: Any) -> None:
-    """ValueError/TypeError naming what a multi-agent env lacks or what the learners cannot take
-    (agents with different action spaces or observation shapes), with the fix."""
+    """ValueError/TypeError naming what a multi-agent env lacks or what the learners cannot take, with
+    the fix. Agents with different observation shapes, or different numbers of discrete actions, are
+    taken (`TeamEnv` pads them); agents whose continuous actions differ in size, or of which some act
+    discretely and some continuously, are not."""
     agents = list(env.agents)
     if not agents or not all(isinstance(a, str) for a in agents) or len(set(agents)) != len(agents):
         raise ValueError(f"{env_id}: env.agents must be a non-empty list of distinct agent names (str), got "
@@ -82,15 +84,19 @@ def check_multi_agent_env(env_id: str, env: Any) -> None:
         raise TypeError(f"{env_id}: a multi-agent env (JaxMARL's MultiAgentEnv contract) needs "
                         f"{', '.join(missing)}; see fusedrl.envs.multiagent.")
     kinds = {a: _space_kind(env_id, a, env.action_space(a)) for a in agents}
-    if len(set(kinds.values())) > 1:
-        listed = ", ".join(f"{a}: {k[:2]}" for a, k in kinds.items())
+    mixed = len({k[0] for k in kinds.values()}) > 1
+    if mixed or (kinds[agents[0]][0] == "box" and len(set(kinds.values())) > 1):
+        listed = ", ".join(f"{a}: {_describe(k)}" for a, k in kinds.items())
         raise ValueError(f"{env_id}: the agents' action spaces differ ({listed}); one policy acts for every "
-                         f"agent, so give them the same space (pad the smaller ones and mask the padding "
-                         f"with get_avail_actions).")
-    shapes = {a: tuple(getattr(env.observation_space(a), "shape", None) or ()) for a in agents}
-    if len(set(shapes.values())) > 1:
-        raise ValueError(f"{env_id}: the agents' observation shapes differ ({shapes}); pad them to one "
-                         f"shape (e.g. with zeros) in get_obs.")
+                         f"agent, which can pad discrete actions (masking each agent's extra ones) but not "
+                         f"continuous ones of different sizes or bounds, nor a mix of discrete and "
+                         f"continuous: give the agents one action space.")
+
+
+def _describe(kind: tuple) -> str:
+    if kind[0] == "discrete":
+        return f"Discrete({kind[1]})"
+    return f"Box(shape={kind[1]}, low={kind[2]}, high={kind[3]})"
 
 
 @struct.dataclass
@@ -111,10 +117,21 @@ class TeamEnv(Environment):
     reward (the mean over agents); each agent's is in info["agent_reward"] [A]. `AgentsAsRows` then
     folds the agent axis into the batch.
 
+    Agents that differ are padded to one row shape: each agent's observation, flattened, is
+    zero-padded to the largest (D), and with discrete actions of different numbers n_a each agent's
+    row offers n = max n_a actions, of which those from n_a on are masked (never taken), on top of
+    the env's own `get_avail_actions`. The one-hot id tells the shared policy whose row it reads.
+
+    Episodes end when `dones["__all__"]`; one that ends at the env's time limit is truncated, any
+    other terminated. Where the env defines `ended_at_time_limit(state) -> bool []` (the state after
+    the step), that says which; else an episode that ends once the step count has reached
+    `env.max_steps` is truncated.
+
     Args:
       env: the multi-agent env (checked with `check_multi_agent_env`).
       world_state: add each agent's row the global state: the env's own `obs["world_state"]` where it
-        has one (JaxMARL's world-state wrappers), else every agent's observation concatenated.
+        has one (JaxMARL's SMAX and world-state wrappers), else every agent's observation (unpadded)
+        concatenated.
     """
 
     def __init__(self, env: Any, *, world_state: bool = False, env_id: str | None = None):
@@ -125,20 +142,32 @@ class TeamEnv(Environment):
         self.agents = tuple(env.agents)
         self.num_agents = len(self.agents)
         self.world_state = bool(world_state)
-        kind = _space_kind(self.env_id, self.agents[0], env.action_space(self.agents[0]))
+        kinds = [_space_kind(self.env_id, a, env.action_space(a)) for a in self.agents]
+        kind = kinds[0]
         self.discrete = kind[0] == "discrete"
         if self.discrete:
-            self.row_action_space = Discrete(kind[1])
-            self._team_action_space = MultiDiscrete([kind[1]] * self.num_agents)
+            #: each agent's own number of actions n_a; rows offer max(n_a), the rest masked
+            self.action_sizes = tuple(k[1] for k in kinds)
+            n = max(self.action_sizes)
+            self.row_action_space = Discrete(n)
+            self._team_action_space = MultiDiscrete([n] * self.num_agents)
         else:
+            self.action_sizes = None
             low, high = np.asarray(kind[2], np.float32), np.asarray(kind[3], np.float32)
             self.row_action_space = Box(low, high, kind[1], jnp.float32)
             self._team_action_space = Box(np.broadcast_to(low, (self.num_agents,) + kind[1]),
                                           np.broadcast_to(high, (self.num_agents,) + kind[1]),
                                           (self.num_agents,) + kind[1], jnp.float32)
+        # Each agent's flattened observation size, from what reset returns (not the declared spaces,
+        # which can disagree with it: JaxMARL's Overcooked declares (width, height, 26) and returns
+        # (height, width, 26)).
+        first = jax.eval_shape(lambda k: env.reset(k)[0], jax.random.key(0))
+        self.obs_sizes = tuple(int(np.prod(first[a].shape, dtype=np.int64)) for a in self.agents)
         limit = getattr(env, "max_steps", None)
         self.max_steps = None if limit is None else int(limit)
-        self.has_masks = self.discrete and _has_avail_actions(env)
+        self.env_masks = self.discrete and _has_avail_actions(env)
+        self.padded_actions = self.discrete and len(set(self.action_sizes)) > 1
+        self.has_masks = self.env_masks or self.padded_actions
 
     @property
     def name(self) -> str:
@@ -157,13 +186,21 @@ class TeamEnv(Environment):
         return spaces.Dict({k: Box(-jnp.inf, jnp.inf, v.shape, v.dtype) for k, v in obs.items()})
 
     def _observe(self, obs: dict, state) -> dict[str, jax.Array]:
-        own = jnp.stack([jnp.asarray(obs[a], jnp.float32).reshape(-1) for a in self.agents])  # [A, D]
+        flat = [jnp.asarray(obs[a], jnp.float32).reshape(-1) for a in self.agents]
+        size = max(self.obs_sizes)
+        own = jnp.stack([jnp.pad(x, (0, size - x.shape[0])) for x in flat])  # [A, D], zero-padded
         out = {OBS: own, AGENT_ID: jnp.eye(self.num_agents, dtype=jnp.float32)}
         if self.has_masks:
-            avail = self.ma.get_avail_actions(state)
-            out[ACTION_MASK] = jnp.stack([jnp.asarray(avail[a]).astype(bool) for a in self.agents])
+            n = self.row_action_space.n
+            if self.env_masks:
+                avail = self.ma.get_avail_actions(state)
+                rows = [jnp.asarray(avail[a]).astype(bool).reshape(-1) for a in self.agents]
+                # False from each agent's own n_a on
+                out[ACTION_MASK] = jnp.stack([jnp.pad(m, (0, n - m.shape[0])) for m in rows])
+            else:
+                out[ACTION_MASK] = jnp.arange(n)[None, :] < jnp.asarray(self.action_sizes)[:, None]
         if self.world_state:
-            ws = obs[WORLD_STATE] if isinstance(obs, dict) and WORLD_STATE in obs else own.reshape(-1)
+            ws = obs[WORLD_STATE] if isinstance(obs, dict) and WORLD_STATE in obs else jnp.concatenate(flat)
             ws = jnp.asarray(ws, jnp.float32)
             if ws.ndim == 1:  # one global state for the team: each agent's row reads it
                 ws = jnp.broadcast_to(ws, (self.num_agents,) + ws.shape)
@@ -180,15 +217,16 @@ class TeamEnv(Environment):
         obs, inner, rewards, dones, _ = self.ma.step_env(key, state.inner, actions)
         time = state.time + 1
         agent_reward = jnp.stack([jnp.asarray(rewards[a], jnp.float32).reshape(()) for a in self.agents])
-        # An episode that ends at the time limit is truncated (`is_truncated`), not terminated.
+        # An episode that ends at the time limit is truncated, not terminated.
         done = jnp.asarray(dones["__all__"], bool).reshape(())
         new = TeamState(time=time, inner=inner, truncated=done & self._time_up(time, inner))
         terminated = done & ~new.truncated
         return self._observe(obs, inner), new, agent_reward.mean(), terminated, {"agent_reward": agent_reward}
 
     def _time_up(self, time, inner) -> jax.Array:
-        if hasattr(self.ma, "is_truncated"):  # the env says whether its episode ended at a time limit
-            return jnp.asarray(self.ma.is_truncated(inner), bool).reshape(())
+        """Whether an episode that ends on this step ends at the time limit (truncated)."""
+        if hasattr(self.ma, "ended_at_time_limit"):
+            return jnp.asarray(self.ma.ended_at_time_limit(inner), bool).reshape(())
         return jnp.bool_(False) if self.max_steps is None else time >= self.max_steps
 
     def is_truncated(self, state: TeamState, params=None) -> jax.Array:

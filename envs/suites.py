@@ -51,7 +51,7 @@ SUITES: dict[str, Suite] = {
         Suite("craftax", "craftax", ("craftax",), "Craftax and Craftax-Classic"),
         Suite("navix", "navix", ("navix",), "Navix MiniGrid worlds"),
         Suite("xminigrid", "xminigrid", ("xminigrid",), "XLand-MiniGrid worlds"),
-        Suite("jaxmarl", "jaxmarl", ("jaxmarl",), "JaxMARL multi-agent envs (MPE)"),
+        Suite("jaxmarl", "jaxmarl", ("jaxmarl",), "JaxMARL multi-agent envs (MPE, SMAX, Overcooked, Hanabi)"),
     )
 }
 

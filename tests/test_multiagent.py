@@ -100,9 +100,34 @@ class Trap:
         return self.get_obs(new), new, rewards, {"agent_0": done, "agent_1": done, "__all__": done}, {}
 
 
-class MixedSpaces(EndsEarly):
+class PaddedTrap(Trap):
+    """Trap whose agents differ: agent_0 has 2 actions and a 1-number observation, agent_1 3 actions
+    and a 3-number one; the rows pad agent_0's to 3 and mask its action 2 (which would pay 10, as
+    agent_1's own masked action 0 does)."""
+
+    FORBIDDEN = (2, 0)
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (1,) if agent == "agent_0" else (3,), jnp.float32)
+
     def action_space(self, agent):
         return spaces.Discrete(2 if agent == "agent_0" else 3)
+
+    def get_obs(self, s):
+        return {"agent_0": jnp.full((1,), 0.5, jnp.float32), "agent_1": jnp.full((3,), 0.25, jnp.float32)}
+
+    def get_avail_actions(self, s):
+        return {"agent_0": jnp.ones((2,), bool), "agent_1": jnp.arange(3) != 0}
+
+
+class MixedKinds(EndsEarly):
+    def action_space(self, agent):
+        return spaces.Discrete(2) if agent == "agent_0" else spaces.Box(-1.0, 1.0, (2,), jnp.float32)
+
+
+class BoxSizes(EndsEarly):
+    def action_space(self, agent):
+        return spaces.Box(-1.0, 1.0, (2,) if agent == "agent_0" else (3,), jnp.float32)
 
 
 def shifted_team(base):
@@ -130,7 +155,9 @@ def my_team():
     fusedrl.register("ShiftedTeam-v0", shifted_team(module.MatchingTeam))
     fusedrl.register("EndsEarly-v0", EndsEarly)
     fusedrl.register("Trap-v0", Trap)
-    fusedrl.register("MixedSpaces-v0", MixedSpaces)
+    fusedrl.register("PaddedTrap-v0", PaddedTrap)
+    fusedrl.register("MixedKinds-v0", MixedKinds)
+    fusedrl.register("BoxSizes-v0", BoxSizes)
     yield module
     registry._REGISTRY.clear()
     registry._REGISTRY.update(saved)
@@ -146,16 +173,18 @@ def test_make_returns_the_users_env_and_refuses_params(my_team):
 
 
 def test_what_the_learners_cannot_take_is_refused_by_name():
-    with pytest.raises(ValueError, match="action spaces differ"):
-        fusedrl.make("MixedSpaces-v0")
+    with pytest.raises(ValueError, match=r"MixedKinds-v0: the agents' action spaces differ \(agent_0: "
+                       r"Discrete\(2\), agent_1: Box\(shape=\(2,\).*nor a mix of discrete and continuous"):
+        fusedrl.make("MixedKinds-v0")
+    with pytest.raises(ValueError, match=r"BoxSizes-v0: .*agent_0: Box\(shape=\(2,\).*"
+                       r"agent_1: Box\(shape=\(3,\)"):
+        fusedrl.make("BoxSizes-v0")
     with pytest.raises(ValueError, match="critic='centralized'.*CartPole-v1 has one agent"):
         make_train(PPOConfig(env_id="CartPole-v1", critic="centralized"))
     with pytest.raises(ValueError, match="share_parameters=False.*one agent"):
         make_train(PPOConfig(env_id="CartPole-v1", share_parameters=False))
     with pytest.raises(ValueError, match="critic must be 'decentralized'.*or 'centralized'"):
         PPOConfig(env_id=ENV_ID, critic="central")
-    with pytest.raises(ValueError, match="critic='centralized' is not implemented with recurrent='gru'"):
-        make_train(PPOConfig(env_id=ENV_ID, critic="centralized", recurrent="gru"))
     with pytest.raises(ValueError, match="share_parameters=False builds .* network='cnn'"):
         make_train(PPOConfig(env_id=ENV_ID, share_parameters=False, network="cnn"))
 
@@ -313,11 +342,44 @@ def test_one_update_matches_a_float64_reference(critic, shared):
     assert int(metrics["episodes_completed"]) == int(np.asarray(traj.episode_done).sum()) // A
 
 
+@pytest.mark.parametrize("critic", ["decentralized", "centralized"], ids=["IPPO", "MAPPO"])
+def test_a_data_parallel_update_is_the_update_of_all_envs(critic):
+    """One epoch of one minibatch: the update of 2 shards of 2 envs each (a shard holds whole teams,
+    the rows n * A + a of its envs; advantages normalised with the pooled statistics, gradients
+    averaged with pmean) is the single-device update of the 4 envs' 8 rows. And data_parallel_train
+    trains the agent on 2 shards (on one device, as a vmap with the axis name)."""
+    from fusedrl.data_parallel import data_parallel_train
+
+    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, num_envs=4, num_steps=8,
+                       total_timesteps=4 * 8 * 2, update_epochs=1, num_minibatches=1, hidden_sizes=(8,))
+    plain = make_train(config)
+    dp = make_train(config.replace(num_envs=2), axis_name="shards")
+    hp = plain.default_hparams()
+    venv = plain.make_env(hp)
+    state = jax.jit(plain.init)(jax.random.key(0), hp)
+    after, traj = jax.jit(lambda s: plain.rollout(s, hp, venv, jax.random.key(5)))(state)
+    want = jax.jit(plain.learn_from_rollout)(after, traj, hp)[0]
+    shards = jax.tree.map(lambda x: jnp.stack(jnp.split(x, 2, axis=1)), traj)  # shard i: envs 2i, 2i + 1
+    both = jax.vmap(dp.learn_from_rollout, in_axes=(None, 0, None), axis_name="shards")
+    got = jax.jit(both)(after, shards, hp)[0]
+    for a, b in zip(jax.tree.leaves(want.params), jax.tree.leaves(got.params), strict=True):
+        np.testing.assert_allclose(b[0], a, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(b[1], a, rtol=1e-4, atol=1e-6)
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(state.params),
+                                                         jax.tree.leaves(want.params), strict=True))
+    agent = data_parallel_train(config, jax.devices()[:1], num_shards=2)(jax.random.key(0))
+    assert agent.metrics["env_steps"].tolist() == [32, 64]  # both shards' envs, not their rows
+    assert np.isfinite(np.asarray(agent.metrics["episode_return_agent_1"])).all()
+
+
 # ----------------------------------------------------------------------------- masks honoured
-def test_masked_actions_are_never_taken():
+@pytest.mark.parametrize("env_id", ["Trap-v0", "PaddedTrap-v0"])
+def test_masked_actions_are_never_taken(env_id):
     """Trap's forbidden actions pay 10 against 1: no rollout of a training run takes one, in training or
-    greedy evaluation, and the team return never exceeds what the allowed actions can earn."""
-    config = PPOConfig(env_id="Trap-v0", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, lr=1e-2,
+    greedy evaluation, and the team return never exceeds what the allowed actions can earn. In
+    PaddedTrap agent_0's forbidden action is the padding (its env has 2 actions): its row's observation
+    is its own, zero-padded, and its mask rules the padded action out."""
+    config = PPOConfig(env_id=env_id, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, lr=1e-2,
                        hidden_sizes=(16,))
     train = make_train(config)
     hp = train.default_hparams()
@@ -325,6 +387,10 @@ def test_masked_actions_are_never_taken():
     rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key))
     learn = jax.jit(train.learn_from_rollout)
     state = jax.jit(train.init)(jax.random.key(0), hp)
+    if env_id == "PaddedTrap-v0":
+        obs, _ = venv.reset(jax.random.key(0), hp.env_params)
+        np.testing.assert_array_equal(obs["obs"][:2], [[0.5, 0.0, 0.0], [0.25, 0.25, 0.25]])
+        np.testing.assert_array_equal(obs["action_mask"][:2], [[True, True, False], [False, True, True]])
     taken = []
     for _ in range(config.num_updates):
         key, k_roll = jax.random.split(state.key)
@@ -406,6 +472,62 @@ def test_other_learners_take_multi_agent_envs(config):
     assert int(result.metrics["episodes_completed"][-1]) == config.num_envs  # one 8-step episode per env
     assert np.isfinite(np.asarray(result.metrics["policy_loss"])).all()
     assert float(result.metrics["episode_length"][-1]) == MAX_STEPS
+
+
+RECURRENT = [("centralized", True, "gru"), ("decentralized", False, "lstm"), ("centralized", False, "gru")]
+
+
+@pytest.mark.parametrize("critic, shared, cell", RECURRENT, ids=["MAPPO-gru", "IPPO-unshared-lstm",
+                                                                 "MAPPO-unshared-gru"])
+def test_recurrent_mappo_and_unshared_ippo(critic, shared, cell):
+    """Recurrent MAPPO and recurrent IPPO with a network per agent train (one 8-step episode per env
+    and update), and their network is its parts: each row's policy and next actor carry are its
+    agent's recurrent actor-critic on the row's own observation and id from the actor's carry; its
+    value (MAPPO) the critic's on the row's world_state and id from the critic's own carry; each
+    agent's parameters its own slice. Checked row by row against `RecurrentActorCritic` itself."""
+    from fusedrl.networks import RecurrentActorCritic
+
+    config = PPOConfig(env_id="ShiftedTeam-v0", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2,
+                       hidden_sizes=(8,), recurrent=cell, recurrent_size=8, critic=critic,
+                       share_parameters=shared)
+    train = make_train(config)
+    result = jax.jit(train)(jax.random.key(0))
+    assert int(result.metrics["episodes_completed"][-1]) == config.num_envs
+    assert np.isfinite(np.asarray(result.metrics["policy_loss"])).all()
+    net, params = train.network, result.params
+    hp = train.default_hparams()
+    obs, _ = train.make_env(hp).reset(jax.random.key(1), hp.env_params)  # rows [8]: env-major
+    carry = jax.tree.map(lambda x: jax.random.normal(jax.random.key(x.size), x.shape),
+                         net.initial_carry(8))  # a different carry per row, actor's and critic's
+    new_carry, (pi, value) = net.apply(params, carry, obs)
+    base = RecurrentActorCritic(**{f: getattr(net, f) for f in RecurrentActorCritic.__dataclass_fields__
+                                   if f not in ("parent", "name")})
+    actor_carry, critic_carry = carry if critic == "centralized" else (carry, None)
+
+    def one(tree, row):
+        return jax.tree.map(lambda x: x[row:row + 1], tree)
+
+    def own(p, agent):
+        return p if shared else jax.tree.map(lambda x: x[agent], p)
+
+    for row in range(8):
+        agent = row % 2
+        local = {"obs": obs["obs"][row:row + 1], "agent": obs["agent"][row:row + 1]}
+        a_carry, (a_pi, a_value) = base.apply({"params": own(params["params"]["actor"], agent)},
+                                              one(actor_carry, row), local)
+        np.testing.assert_allclose(pi.logits[row], a_pi.logits[0], rtol=1e-5, atol=1e-6)
+        got_actor = new_carry[0] if critic == "centralized" else new_carry
+        for x, y in zip(jax.tree.leaves(one(got_actor, row)), jax.tree.leaves(a_carry), strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        if critic == "centralized":
+            central = {"agent": obs["agent"][row:row + 1], "world_state": obs["world_state"][row:row + 1]}
+            c_carry, (_, c_value) = base.apply({"params": own(params["params"]["critic"], agent)},
+                                               one(critic_carry, row), central)
+            np.testing.assert_allclose(value[row], c_value[0], rtol=1e-5, atol=1e-6)
+            for x, y in zip(jax.tree.leaves(one(new_carry[1], row)), jax.tree.leaves(c_carry), strict=True):
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_allclose(value[row], a_value[0], rtol=1e-5, atol=1e-6)
 
 
 def test_the_cli_trains_mappo_on_a_users_env(tmp_path):

@@ -8,7 +8,8 @@ for A times as many single-agent envs. What is multi-agent is here:
   id lets agents that see the same thing act differently). `critic="centralized"` (MAPPO) values
   each row from the global state (`world_state`, with the agent's id) instead of the agent's own
   observation; `share_parameters=False` gives each agent its own parameters (a leading [A] axis on
-  every leaf), each row taking its agent's network.
+  every leaf), each row taking its agent's network. With `recurrent=` the same, as
+  `RecurrentAgentNetwork` (MAPPO's critic carries its own recurrent state beside the actor's).
 - the metrics: `episode_return` is the mean over a completed episode's rows, i.e. the episode's sum
   of the team reward (the mean over agents of their rewards), since every agent's episode ends with
   its env's; `agent_episode_return` [A] is each agent's own.
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 
 from fusedrl.distributions import mask_policy
 from fusedrl.envs.multiagent import AGENT_ID, WORLD_STATE, TeamEnv
-from fusedrl.networks import ACTION_MASK, ActorCritic
+from fusedrl.networks import ACTION_MASK, ActorCritic, RecurrentActorCritic
 from fusedrl.train.rollout import Transition
 
 #: `PPOConfig.critic`'s choices: each agent's own observation (IPPO), or the global state (MAPPO).
@@ -33,7 +34,7 @@ CRITICS = ("decentralized", "centralized")
 
 def check_config(config, team: TeamEnv | None) -> None:
     """The multi-agent fields against the env: `critic="centralized"` and `share_parameters=False`
-    need a multi-agent env, and (for now) the built-in feed-forward network."""
+    need a multi-agent env, and (for now) a built-in network (the MLP, or its recurrent version)."""
     critic = getattr(config, "critic", "decentralized")
     shared = getattr(config, "share_parameters", True)
     if team is None:
@@ -47,10 +48,6 @@ def check_config(config, team: TeamEnv | None) -> None:
     if critic == "decentralized" and shared:
         return  # IPPO with one shared network: any network, recurrent too
     what = "critic='centralized'" if critic == "centralized" else "share_parameters=False"
-    if getattr(config, "recurrent", None) is not None:
-        raise ValueError(f"{what} is not implemented with recurrent={config.recurrent!r} yet: use "
-                         f"recurrent=None, or recurrent IPPO (critic='decentralized', "
-                         f"share_parameters=True).")
     if config.network is not None:
         raise ValueError(f"{what} builds its networks from the built-in MLP; network={config.network!r} is "
                          f"not supported with it yet: use network=None.")
@@ -91,8 +88,7 @@ class AgentNetwork(nn.Module):
             return net(obs)
         pi, value = net(obs)  # every agent's network on every row: leaves [A, B, ...]; log_std [A, D]
         rows = jnp.arange(agent.shape[0])
-        pi = jax.tree.map(lambda x: x[agent, rows] if x.ndim == 3 else x[agent], pi)
-        return pi, value[agent, rows]
+        return _select_pi(pi, agent, rows), value[agent, rows]
 
     @nn.compact
     def __call__(self, obs):
@@ -110,13 +106,83 @@ class AgentNetwork(nn.Module):
 
 def wrap_network(config, network: nn.Module, team: TeamEnv) -> nn.Module:
     """The trainer's network for a multi-agent env: `network` itself for IPPO with shared parameters,
-    else an `AgentNetwork` around it (`check_config` has made sure it is an `ActorCritic`)."""
+    else an `AgentNetwork` around it, or a `RecurrentAgentNetwork` in place of a recurrent one
+    (`check_config` has made sure it is a built-in actor-critic)."""
     centralized = getattr(config, "critic", "decentralized") == "centralized"
     shared = getattr(config, "share_parameters", True)
     if shared and not centralized:
         return network
+    if isinstance(network, RecurrentActorCritic):
+        return RecurrentAgentNetwork(**_fields(network), num_agents=team.num_agents, shared=shared,
+                                     centralized=centralized)
     assert isinstance(network, ActorCritic), type(network)
     return AgentNetwork(base=network, num_agents=team.num_agents, shared=shared, centralized=centralized)
+
+
+def _fields(module: nn.Module, cls: type | None = None) -> dict[str, Any]:
+    """The dataclass fields of `module` that build a `cls` (default: its own class), parent and name
+    left out."""
+    names = (cls or type(module)).__dataclass_fields__
+    return {f: getattr(module, f) for f in names if f not in ("parent", "name")}
+
+
+def _select_pi(pi, agent: jax.Array, rows: jax.Array):
+    """Each row's own agent's policy out of every agent's: leaves [A, B, ...] -> [B, ...]; a leaf with
+    no batch axis ([A, D]: a Gaussian's log_std) -> [B, D]."""
+    return jax.tree.map(lambda x: x[agent, rows] if x.ndim == 3 else x[agent], pi)
+
+
+class RecurrentAgentNetwork(RecurrentActorCritic):
+    """Recurrent MAPPO and recurrent IPPO with one network per agent: (carry, rows) -> (carry,
+    (pi, value)) over the rows [B], as `RecurrentActorCritic` (whose fields it takes).
+
+    The actor is a `RecurrentActorCritic` on each row's own observation and id; with `centralized`
+    the value comes from a second one on the row's `world_state` and id, with its own carry: the
+    carry is then the pair (actor's, critic's), each [B, H] (a pair of those for an LSTM), reset
+    where an episode ends as every carry is. Without `shared` every agent has its own parameters
+    (a leading [A] axis on every leaf); each row runs every agent's network on its own carry and
+    keeps its agent's outputs and next carry (A times the compute of one). The actor's critic head
+    and the critic's policy head get no gradient.
+    """
+
+    num_agents: int = 1
+    shared: bool = True
+    centralized: bool = False
+
+    def initial_carry(self, batch: int):
+        one = super().initial_carry(batch)
+        return (one, one) if self.centralized else one
+
+    def _net(self, name: str):
+        cls = RecurrentActorCritic
+        if not self.shared:
+            cls = nn.vmap(cls, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
+                          out_axes=0, axis_size=self.num_agents)
+        return cls(**_fields(self, RecurrentActorCritic), name=name)
+
+    def _per_agent(self, net, carry, obs, agent):
+        """`net(carry, obs)` with each row's own agent's parameters: (carry, (pi, value)) over [B]."""
+        if self.shared:
+            return net(carry, obs)
+        carry, (pi, value) = net(carry, obs)  # every agent's network on every row: leaves [A, B, ...]
+        rows = jnp.arange(agent.shape[0])
+        carry = jax.tree.map(lambda x: x[agent, rows], carry)
+        return carry, (_select_pi(pi, agent, rows), value[agent, rows])
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        agent = jnp.argmax(obs[AGENT_ID], axis=-1)  # [B] each row's agent
+        mask = obs.get(ACTION_MASK)
+        local = {k: v for k, v in obs.items() if k not in (WORLD_STATE, ACTION_MASK)}
+        actor_carry, critic_carry = carry if self.centralized else (carry, None)
+        actor_carry, (pi, value) = self._per_agent(self._net("actor"), actor_carry, local, agent)
+        if mask is not None:
+            pi = mask_policy(pi, mask)
+        if not self.centralized:
+            return actor_carry, (pi, value)
+        central = {AGENT_ID: obs[AGENT_ID], WORLD_STATE: obs[WORLD_STATE]}
+        critic_carry, (_, value) = self._per_agent(self._net("critic"), critic_carry, central, agent)
+        return (actor_carry, critic_carry), (pi, value)
 
 
 def agent_returns(traj: Transition, num_agents: int, last: jax.Array) -> jax.Array:
@@ -135,4 +201,5 @@ def team_env(config, env: Any) -> TeamEnv:
                    env_id=config.env_id)
 
 
-__all__ = ["CRITICS", "AgentNetwork", "agent_returns", "check_config", "team_env", "wrap_network"]
+__all__ = ["CRITICS", "AgentNetwork", "RecurrentAgentNetwork", "agent_returns", "check_config", "team_env",
+           "wrap_network"]

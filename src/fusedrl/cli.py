@@ -611,8 +611,7 @@ def cmd_envs(args) -> int:
         try:
             env, params = make(env_id)
             if params is None and hasattr(env, "agents"):  # multi-agent (JaxMARL's contract): per agent
-                one, many = env.agents[0], f"{len(env.agents)} agents x "
-                obs, act = (many + format_space(f(one)) for f in (env.observation_space, env.action_space))
+                obs, act = (_agent_spaces(env.agents, f) for f in (env.observation_space, env.action_space))
             else:
                 obs, act = format_space(env.observation_space(params)), format_space(env.action_space(params))
         except Exception as e:  # one broken third-party env must not hide the others
@@ -631,6 +630,16 @@ def cmd_envs(args) -> int:
         if not suites.is_installed(prefix):
             print(f"({prefix}: {suite.about}; not installed: {suite.install})")
     return 0
+
+
+def _agent_spaces(agents, space_of) -> str:
+    """A multi-agent env's spaces: "3 agents x Box(...)", or where agents differ (the learners pad
+    them) each distinct space with its count, "3 agents x Box((16,)...) + 1 agent x Box((14,)...)"."""
+    counts: dict[str, int] = {}
+    for agent in agents:
+        shown = format_space(space_of(agent))
+        counts[shown] = counts.get(shown, 0) + 1
+    return " + ".join(f"{n} agent{'s' if n > 1 else ''} x {shown}" for shown, n in counts.items())
 
 
 def env_table(rows: list[tuple[str, str, str, str]], width: int) -> list[str]:
