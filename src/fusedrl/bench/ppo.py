@@ -412,6 +412,7 @@ def grid(pythons: dict[str, str], cells: list[tuple[int, int]], repeats: int, tr
         for proc in procs.values():
             proc.stdin.close()
             proc.wait(timeout=60)
+            proc.stdout.close()
     return rows
 
 
