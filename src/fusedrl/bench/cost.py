@@ -65,8 +65,9 @@ def update_cost(config, agents: int = 1) -> dict:
     """XLA's flops and bytes accessed of one update of `agents` vmapped agents, per env step, by
     phase: `rollout` (one rollout step, lowered alone, times the rollout's steps: the policy's
     forward, the env's step and the value of the observation after it), `targets` (the algorithm's
-    targets from the rollout; GAE's loop body counted once, a negligible part) and `learn` (every epoch's shuffle and every
-    minibatch's loss forward, backward and optimiser step, with their loops unrolled)."""
+    targets from the rollout; GAE's loop body counted once, a negligible part) and `learn` (every
+    epoch's shuffle and every minibatch's loss forward, backward and optimiser step, with their
+    loops unrolled)."""
     import fusedrl
     from fusedrl.train.losses import Batch
     from fusedrl.train.rollout import rollout
