@@ -2,7 +2,7 @@
 # One prepared session on the project's GPU machine (docs/gpu.md, "Running the benchmark on the
 # project's GPU machine"): installs the carried wheels, runs the accelerator tests, the phase
 # breakdown of Breakout x256 and CartPole x2048, then fusedrl beside PureJaxRL (speed rows, bf16,
-# the capacity row, an XLA flag), and prints a short summary last.
+# the capacity row, an XLA flag), XLA's cost analysis per env step, and prints a short summary last.
 #
 #   bash .ci/gpu-session.sh            # on the GPU machine, from the checkout's root, .whl carried
 #   bash .ci/gpu-session.sh --smoke    # the same steps at tiny sizes: a dry run on a CPU
@@ -12,7 +12,8 @@
 # one budget for the whole script (GPU_SESSION_BUDGET seconds, default 520); a step that would not
 # fit in what is left is skipped and says so. Each step's output goes to its own file under $OUT
 # (8 files with the summary; the machine returns at most 8). PYTHON names the interpreter
-# (default python3); GPU_SESSION_SCALE multiplies every limit (a dry run on a slower CPU).
+# (default python3); GPU_SESSION_SCALE multiplies every limit (a dry run on a slower CPU);
+# GPU_SESSION_STEPS="install cost" runs only the steps named (a dry run of one step).
 set -uo pipefail
 
 SMOKE=""
@@ -47,6 +48,9 @@ elapsed() { echo $(( $(date +%s) - START )); }
 step() {
   local name=$1 limit=$(( $2 * SCALE )) min=$(( $3 * SCALE )) log=$OUT/$4
   shift 4
+  if [ -n "${GPU_SESSION_STEPS:-}" ] && [[ " $GPU_SESSION_STEPS " != *" $name "* ]]; then
+    return 0
+  fi
   local left=$(( BUDGET - $(elapsed) ))
   if [ "$left" -lt "$min" ]; then
     printf '%-22s skipped: %4ss of the %ss budget left, needs %ss\n' "$name" "$left" "$BUDGET" "$min" \
@@ -105,6 +109,13 @@ step capacity 170 60 capacity.log "${BENCH[@]}" --rows capacity-breakout --capac
 step xla-triton-gemm 70 40 xla.log "${BENCH[@]:0:4}" $SMOKE --rows "breakout-$BA" \
   --total-timesteps "$T_BREAKOUT" --xla-flags=--xla_gpu_triton_gemm_any=True --timeout $((65 * SCALE))
 
+# XLA's cost analysis of one update per env step on the device (flops, bytes accessed, by phase:
+# rollout / targets / learn), beside the CPU's in docs/gpu.md's "Less work per sample"; into
+# profile.log (the machine returns at most 8 files).
+COST_ROWS=cartpole,breakout
+[ -n "$SMOKE" ] && COST_ROWS=cartpole
+step cost 90 40 profile.log "$PY" -m fusedrl.bench.cost --rows "$COST_ROWS" --agents 2
+
 {
   echo
   echo "== summary ($(elapsed)s of the ${BUDGET}s budget; logs in $OUT)"
@@ -115,4 +126,5 @@ step xla-triton-gemm 70 40 xla.log "${BENCH[@]:0:4}" $SMOKE --rows "breakout-$BA
   echo
   grep -h -E ": fusedrl/PureJaxRL|bfloat16/float32|device time per phase|GROWS|^capacity-[^ ]+, " \
     "$OUT/profile.log" "$OUT/bench.log" "$OUT/capacity.log" 2>/dev/null
+  grep -h -E "^# jax .*compute_dtype|^(cartpole|breakout) +[0-9]+ +[0-9]+ +flops" "$OUT/profile.log" 2>/dev/null
 } | tee "$OUT/final.txt"

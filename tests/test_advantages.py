@@ -113,7 +113,7 @@ def test_trainer_advantages_on_a_real_rollout_with_both_kinds_of_ends():
     def roll(key):
         state = train.init(key, hparams)
         first_obs = state.obs
-        state, traj = train.rollout(state, hparams, train.make_env(hparams), key)
+        state, traj = train.rollout(state, hparams, train.make_env(hparams), key, keep_next_obs=True)
         adv, targets = train.advantages(state.params, traj, hparams)
         return first_obs, traj, adv, targets, train.network.apply(state.params, traj.next_obs)[1]
 

@@ -1440,3 +1440,33 @@ def test_gpu_bench_xla_flags_reach_the_worker_process():
     rows = list(gpu.run_group("train", "cartpole", ["cartpole-1"], True, timeout=300,
                               env_vars={"XLA_FLAGS": "--xla_fusedrl_no_such_flag=1"}))
     assert len(rows) == 1 and "xla_fusedrl_no_such_flag" in rows[0]["error"], rows
+
+
+@pytest.mark.subprocess
+def test_ppo_bench_grid_alternates_persistent_workers_and_divides_by_ours(tmp_path):
+    # Two stand-in workers speaking the grid's protocol (real processes, no jax): one answers 1 s per
+    # run, the other 2 s; each logs the commands it got. One compile per cell each, one warm-up run
+    # left out, then `repeats` runs each; the ratio is the baseline's seconds over ours.
+    from fusedrl.bench import ppo as bench_ppo
+
+    def worker(name, seconds):
+        code = (f"import json, sys\nfor line in sys.stdin:\n"
+                f"    open({str(tmp_path / name) + '.log'!r}, 'a').write(line)\n"
+                f"    print(json.dumps({{'s': {seconds}}}), flush=True)\n")
+        (tmp_path / f"{name}.py").write_text(code)
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / name}.py\n")  # ignores -c CODE
+        script.chmod(0o755)
+        return str(script)
+
+    rows = bench_ppo.grid({"fusedrl": worker("ours", 1.0), "baseline": worker("base", 2.0)},
+                          [(2, 4), (1, 2048)], repeats=3, transitions=4096)
+    sizes = [(r["agents"], r["envs"], r["steps"], r["updates"]) for r in rows]
+    assert sizes == [(2, 4, 128, 4), (1, 2048, 4, 1)]
+    for row in rows:
+        assert row["ratio_baseline"] == row["min_ratio_baseline"] == 2.0
+        assert row["runs_s"] == {"fusedrl": [1.0] * 3, "baseline": [2.0] * 3}
+    for name in ("ours", "base"):
+        cmds = [json.loads(line) for line in (tmp_path / f"{name}.log").read_text().splitlines()]
+        runs = [{"run": 1}] * 4  # a warm-up and 3 timed
+        assert cmds == [{"cell": [2, 4, 128, 4]}] + runs + [{"cell": [1, 2048, 4, 1]}] + runs

@@ -303,7 +303,7 @@ def test_one_update_matches_a_float64_reference(critic, shared):
     train = make_train(config)
     hp = train.default_hparams()
     venv = train.make_env(hp)
-    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key))
+    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key, keep_next_obs=True))
     learn = jax.jit(train.learn_from_rollout)
     state = jax.jit(train.init)(jax.random.key(0), hp)
     for _ in range(2):  # the second update is checked: Adam's moments are not fresh
@@ -384,7 +384,7 @@ def test_masked_actions_are_never_taken(env_id):
     train = make_train(config)
     hp = train.default_hparams()
     venv = train.make_env(hp)
-    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key))
+    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key, keep_next_obs=True))
     learn = jax.jit(train.learn_from_rollout)
     state = jax.jit(train.init)(jax.random.key(0), hp)
     if env_id == "PaddedTrap-v0":

@@ -135,7 +135,7 @@ def checked():
 
     def rollout(state):  # as update_step draws its rollout
         key, k_roll = jax.random.split(state.key)
-        return train.rollout(state.replace(key=key), hp, venv, k_roll)[1]
+        return train.rollout(state.replace(key=key), hp, venv, k_roll, keep_next_obs=True)[1]
 
     state = jax.jit(train.init)(jax.random.key(3), hp)
     for _ in range(WARMUP_UPDATES):

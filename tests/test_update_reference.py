@@ -67,7 +67,7 @@ def _state_and_rollout(env_id):
     so each case applies its own to this one state and rollout: one init and rollout to compile."""
     train, hp, learn = _learn(_config(env_id))
     venv = train.make_env(hp)
-    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key))
+    rollout = jax.jit(lambda state, key: train.rollout(state, hp, venv, key, keep_next_obs=True))
     state = jax.jit(train.init)(jax.random.key(0), hp)
     for _ in range(WARMUP_UPDATES + 1):  # as `PPO.update_step`
         key, k_roll = jax.random.split(state.key)

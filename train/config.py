@@ -155,6 +155,9 @@ class OnPolicyConfig:
     _BOOL_FIELDS: ClassVar[tuple[str, ...]] = ("anneal_lr", "normalize_obs", "normalize_reward")
     #: Why this algorithm has no field that another's config has (the unknown-name error adds it).
     _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {}
+    #: The recurrent cell of the network: a field of PPOConfig; the other algorithms' networks are
+    #: feed-forward, which this says, so that the trainer reads `config.recurrent` of every config.
+    recurrent: ClassVar[str | None] = None
 
     def __new__(cls, *args, **kwargs):
         # Before the dataclass __init__: an unknown keyword gets a "did you mean" instead of

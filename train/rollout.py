@@ -2,6 +2,11 @@
 
 One pure function, `rollout`, shared by every on-policy algorithm. It returns the batch of
 transitions [T, N] that the algorithm's targets and loss consume (`Transition`).
+
+The observation after each step, before any auto-reset (`info["final_observation"]`), is used
+where it is made: its value (the targets' bootstrap) and whether it is finite (the broken-env
+check) go into the transition, the observation itself does not. Inside an episode it is the next
+step's `obs`, so keeping it would store every observation twice.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 from fusedrl.train.phases import scoped
 from fusedrl.train.tuning import Tuning
@@ -25,10 +31,26 @@ class Transition(NamedTuple):
     reward: jax.Array  # [N] (normalised if normalize_reward)
     terminated: jax.Array  # [N] bool
     done: jax.Array  # [N] bool, terminated | truncated
-    next_obs: jax.Array  # [N, obs_dim] observation after the step, before any auto-reset
+    # [N, obs_dim] observation after the step, before any auto-reset; None where the rollout used it
+    # as it came (`next_value`, `next_nonfinite`): the fused rollout keeps it only when asked to.
+    next_obs: jax.Array | None
     episode_done: jax.Array  # [N] bool, an episode completed here (for statistics)
     episode_return: jax.Array  # [N] raw return of that episode, 0 elsewhere
     episode_length: jax.Array  # [N] its length, 0 elsewhere
+    # [N] V of the observation after the step, before any auto-reset (a recurrent policy's from its
+    # carry after the step); None where not computed (an algorithm that does not bootstrap, or a
+    # rollout from elsewhere that gives `next_obs`).
+    next_value: jax.Array | None = None
+    # Per floating entry of the observation after the step (leaf order; a flat observation: one),
+    # [N] bool: a NaN or inf in it. None where not computed (a rollout that gives `next_obs`).
+    next_nonfinite: tuple[jax.Array, ...] | None = None
+
+
+def nonfinite_rows(obs) -> tuple[jax.Array, ...]:
+    """Per floating leaf of a batch of observations (leaves [N, ...]), [N] bool: the row has a NaN or
+    inf in it."""
+    return tuple(~jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1)
+                 for x in jax.tree.leaves(obs) if jnp.issubdtype(x.dtype, jnp.floating))
 
 
 def batched_values(apply_fn: Callable, params, obs: jax.Array) -> jax.Array:
@@ -41,13 +63,17 @@ def batched_values(apply_fn: Callable, params, obs: jax.Array) -> jax.Array:
 
 def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, policy_state, env_params: Any,
             key: jax.Array, *, num_steps: int, noise: Callable, tuning: Tuning,
-            reset_policy_state: Callable):
+            reset_policy_state: Callable, next_value: Callable | None = None, keep_next_obs: bool = False):
     """Steps the envs `num_steps` times with the policy.
 
     `policy_step(params, policy_state, obs) -> (policy_state, pi, value)` is one policy call on a
     batch of observations; `policy_state` is what a recurrent policy carries between steps (None for
     a feed-forward one). After each env step, `reset_policy_state(policy_state, done)` sets the
     state of the envs whose episode ended back to its start, since those envs have auto-reset.
+
+    `next_value(params, policy_state, obs) -> [N]` values the observation after each step (before
+    any auto-reset) from the policy state after that step (`Transition.next_value`); None: not
+    valued. `keep_next_obs` also keeps that observation (`Transition.next_obs`, for inspection).
 
     All of the rollout's randomness comes in a few large draws before the step loop: the action
     sampling noise (`noise(key, num_steps)`, from the policy distribution's `noise`) and, when the
@@ -60,6 +86,7 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
     """
 
     policy_step, env_step = scoped("policy", policy_step), scoped("env", venv.step)
+    value_next = None if next_value is None else scoped("advantages", next_value)
 
     def step(carry, xs):
         env_state, obs, policy_state = carry
@@ -69,6 +96,7 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
         next_obs, env_state, reward, terminated, truncated, info = env_step(
             env_state, action, env_params, draws)
         done = terminated | truncated
+        final = info["final_observation"]
         t = Transition(
             obs=obs,
             action=action,
@@ -77,10 +105,12 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
             reward=reward,
             terminated=terminated,
             done=done,
-            next_obs=info["final_observation"],
+            next_obs=final if keep_next_obs else None,
             episode_done=info["episode_done"],
             episode_return=info["episode_return"],
             episode_length=info["episode_length"],
+            next_value=None if next_value is None else value_next(params, policy_state, final),
+            next_nonfinite=nonfinite_rows(final),
         )
         return (env_state, next_obs, reset_policy_state(policy_state, done)), t
 
@@ -93,4 +123,4 @@ def rollout(policy_step: Callable, params, venv, env_state, obs: jax.Array, poli
     return env_state, obs, policy_state, traj
 
 
-__all__ = ["Transition", "batched_values", "rollout"]
+__all__ = ["Transition", "batched_values", "nonfinite_rows", "rollout"]

@@ -304,22 +304,38 @@ class Trainer:
         return pi, value, after
 
     # ---------------------------------------------------------------------------------- update
-    def rollout(self, state: RunnerState, hparams: Hyperparams, venv, key: jax.Array):
-        """`num_steps` steps of the fused envs with the current policy: (state, [T, N] Transitions)."""
+    def rollout(self, state: RunnerState, hparams: Hyperparams, venv, key: jax.Array, *,
+                keep_next_obs: bool = False):
+        """`num_steps` steps of the fused envs with the current policy: (state, [T, N] Transitions).
+        Each step's next observation is valued there (when the algorithm bootstraps) and checked
+        for NaN and inf; it is kept in the transitions only with `keep_next_obs`."""
         env_state, obs, policy_state, traj = rollout(
             self.policy_step, state.params, venv, state.env_state, state.obs, state.policy_state,
             hparams.env_params, key, num_steps=self.config.num_steps, noise=self.noise, tuning=self.tuning,
             reset_policy_state=self.reset_policy_state,
+            next_value=self.value_after_step if self.algorithm.bootstraps else None,
+            keep_next_obs=keep_next_obs,
         )
         return state.replace(env_state=env_state, obs=obs, policy_state=policy_state), traj
+
+    def value_after_step(self, params, policy_state, obs: jax.Array) -> jax.Array:
+        """V [N] of the observations obs [N, ...] that followed a step, before any auto-reset, from
+        `policy_state`, the policy's state after that step (a recurrent policy's carry; None)."""
+        if self.recurrent:
+            return self.network.apply(params, policy_state, obs)[1][1]
+        return self.network.apply(params, obs)[1]
 
     def values(self, params, obs: jax.Array) -> jax.Array:
         """V of [T, N, ...] observations, [T, N]."""
         return batched_values(self.network.apply, params, obs)
 
     def next_values(self, params, traj: Transition, policy_state=None) -> jax.Array:
-        """V of each step's next observation (before any auto-reset), [T, N]. A recurrent policy
-        values it from its carry after that step (`policy_state`: the carry before the rollout)."""
+        """V of each step's next observation (before any auto-reset), [T, N]: the rollout's
+        `next_value`, or for a rollout that gives `next_obs` instead (the host bridge's) V of those.
+        A recurrent policy values it from its carry after that step (`policy_state`: the carry
+        before the rollout)."""
+        if traj.next_value is not None:
+            return traj.next_value
         if not self.recurrent:
             return self.values(params, traj.next_obs)
         _, _, after = self.replay(params, policy_state, traj.obs, traj.done)
@@ -433,8 +449,12 @@ class Trainer:
         flags = [broken(traj.reward)]
         if W.ACTION_MASK in self.fault_fields:
             flags.append(jnp.any(no_allowed_action(traj.obs[W.ACTION_MASK], self.nvec)))
-        pairs = zip(jax.tree.leaves(traj.obs), jax.tree.leaves(traj.next_obs), strict=True)
-        flags += [broken(o) | broken(n) for o, n in pairs if jnp.issubdtype(o.dtype, jnp.floating)]
+        floating = [o for o in jax.tree.leaves(traj.obs) if jnp.issubdtype(o.dtype, jnp.floating)]
+        # The observations after each step: as the rollout found them, or from a rollout's next_obs.
+        after = traj.next_nonfinite
+        after = [jnp.any(n) for n in after] if after is not None else [
+            broken(n) for n in jax.tree.leaves(traj.next_obs) if jnp.issubdtype(n.dtype, jnp.floating)]
+        flags += [broken(o) | n for o, n in zip(floating, after, strict=True)]
         if len(flags) > 31:  # one bit each, the last shared by the fields from the 31st on
             flags = flags[:30] + [jnp.any(jnp.stack(flags[30:]))]
         flags = jnp.stack(flags)

@@ -298,16 +298,16 @@ def build_network(config, *, action_dim: int, discrete: bool, obs_shape: tuple[i
     """
     torso = "cnn" if config.network == "cnn" else "mlp"
     nvec = None if nvec is None else tuple(int(n) for n in nvec)
-    if getattr(config, "recurrent", None) is not None:
+    if config.recurrent is not None:
         return RecurrentActorCritic(
             action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
             activation=config.activation, log_std_init=float(config.log_std_init),
             cell=config.recurrent, recurrent_size=config.recurrent_size, nvec=nvec, torso=torso,
-            compute_dtype=getattr(config, "compute_dtype", "float32"))
+            compute_dtype=config.compute_dtype)
     if config.network is None or config.network in BUILTIN_NETWORKS:
         return ActorCritic(action_dim=action_dim, discrete=discrete, hidden_sizes=config.hidden_sizes,
                            activation=config.activation, log_std_init=float(config.log_std_init),
-                           compute_dtype=getattr(config, "compute_dtype", "float32"), nvec=nvec, torso=torso)
+                           compute_dtype=config.compute_dtype, nvec=nvec, torso=torso)
 
     path = config.network
     module_name, name = path.split(":")

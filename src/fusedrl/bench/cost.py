@@ -63,10 +63,11 @@ def _cost(fn, *args) -> tuple[float, float]:
 
 def update_cost(config, agents: int = 1) -> dict:
     """XLA's flops and bytes accessed of one update of `agents` vmapped agents, per env step, by
-    phase: `rollout` (one rollout step, policy forward and env step, lowered alone, times the
-    rollout's steps), `targets` (values of the next observations and the algorithm's targets; GAE's
-    loop body counted once, a negligible part) and `learn` (every epoch's shuffle and every
-    minibatch's loss forward, backward and optimiser step, with their loops unrolled)."""
+    phase: `rollout` (one rollout step, lowered alone, times the rollout's steps: the policy's
+    forward, the env's step and the value of the observation after it), `targets` (the algorithm's
+    targets from the rollout; GAE's loop body counted once, a negligible part) and `learn` (every
+    epoch's shuffle and every minibatch's loss forward, backward and optimiser step, with their
+    loops unrolled)."""
     import fusedrl
     from fusedrl.train.losses import Batch
     from fusedrl.train.rollout import rollout
@@ -81,7 +82,8 @@ def update_cost(config, agents: int = 1) -> dict:
     def one_step(s):
         return rollout(train.policy_step, s.params, venv, s.env_state, s.obs, s.policy_state,
                        hparams.env_params, s.key, num_steps=1, noise=train.noise, tuning=train.tuning,
-                       reset_policy_state=train.reset_policy_state)
+                       reset_policy_state=train.reset_policy_state,
+                       next_value=train.value_after_step if train.algorithm.bootstraps else None)
 
     traj = jax.eval_shape(jax.vmap(lambda s: train.rollout(s, hparams, venv, s.key)[1]), state)
 

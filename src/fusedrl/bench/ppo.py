@@ -26,6 +26,16 @@ config; with `--purejaxrl-src DIR` as well, PureJaxRL's own `purejaxrl/ppo.py` (
 implementations in fresh processes, in rotating order, and the table adds the ratio of medians
 against each peer. The machine is noisy: only ratios measured in the same run mean anything.
 
+`--grid` compares checkouts instead, across the speed rule's sizes: with one `--baseline-python`
+or more (interpreters of other fusedrl checkouts), every implementation gets a process of its own
+that stays up; per cell (vmapped agents x envs per agent, `--grid-cells`) each compiles once, then
+they run alternately `--repeats` times (rotating order, after one warm-up each), and the row gives
+the median seconds and ratio of medians against the first (this interpreter's) and the ratio of the
+fastest runs. Only this interpreter's own fusedrl and the public API (`PPOConfig`, `make_train`)
+are used in the workers, so any checkout can be the baseline.
+
+    python -m fusedrl.bench ppo --grid --baseline-python ../base/.venv/bin/python --repeats 5
+
 With seeds8 and seeds64 in one run, it also prints the many-agents goal of issue 5: our
 aggregate steps/s at 64 agents over PureJaxRL's (and rejax's) at 8 vmapped seeds, and over
 rejax's at 64. `--purejaxrl-configs seeds8` skips PureJaxRL elsewhere (it hung at 64 seeds here).
@@ -169,10 +179,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="folder with purejaxrl/ppo.py and wrappers.py (needs --peer-python; see _purejaxrl_peer.py)",
     )
     p.add_argument(
-        "--baseline-python", default=None,
+        "--baseline-python", default=None, action="append",
         help="interpreter of another fusedrl checkout (e.g. a venv of the previous commit): runs as "
-             "'baseline' (and 'baseline-sweep'), alternating with ours, with the ratios",
+             "'baseline' (and 'baseline-sweep'), alternating with ours, with the ratios; with --grid, "
+             "repeatable (baseline, baseline2, ...)",
     )
+    p.add_argument("--grid", action="store_true",
+                   help="compare with --baseline-python across --grid-cells, each compiled once per process")
+    p.add_argument("--grid-cells", default=GRID_CELLS, help=f"AGENTSxENVS,... (default {GRID_CELLS})")
+    p.add_argument("--transitions", type=int, default=2**17,
+                   help="--grid: env steps of all agents per timed call, about (1 to 128 updates)")
     p.add_argument(
         "--purejaxrl-configs", default=None,
         help="configs at which PureJaxRL runs (default: all of --configs)",
@@ -180,6 +196,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
+    baselines = args.baseline_python or []
+    for python in baselines:
+        if not os.path.isfile(python):
+            p.error(f"--baseline-python {python}: no such file")
+    if args.grid:
+        if not baselines:
+            p.error("--grid compares checkouts: give --baseline-python (one or more)")
+        pythons = {"fusedrl": sys.executable, **{f"baseline{i + 1 if i else ''}": python
+                                                 for i, python in enumerate(baselines)}}
+        print(f"jax {jax.__version__}, {os.cpu_count()} CPUs ({cpu_model()}), {args.repeats} repeats; "
+              f"ratio = implementation's seconds / fusedrl's (> 1: fusedrl faster); "
+              + ", ".join(f"{k} {v}" for k, v in pythons.items()), flush=True)
+        rows = grid(pythons, _grid_cells(p, args.grid_cells), args.repeats, args.transitions)
+        print(f"\n{'agents':>6} {'envs':>5} {'steps':>5} {'upd':>4} "
+              + " ".join(f"{k + ' s':>12}" for k in pythons)
+              + "".join(f" {'ratio ' + k:>16} {'min ' + k:>14}" for k in list(pythons)[1:]))
+        for row in rows:
+            print(f"{row['agents']:>6} {row['envs']:>5} {row['steps']:>5} {row['updates']:>4} "
+                  + " ".join(f"{row['median_s'][k]:>12.3f}" for k in pythons)
+                  + "".join(f" {row['ratio_' + k]:>16.3f} {row['min_ratio_' + k]:>14.3f}"
+                            for k in list(pythons)[1:]))
+        return 0
+    if len(baselines) > 1:
+        p.error("--baseline-python: one, except with --grid")
+    args.baseline_python = baselines[0] if baselines else None
     names = _config_names(p, args.configs, "--configs")
     pjx_names = names if args.purejaxrl_configs is None else _config_names(
         p, args.purejaxrl_configs, "--purejaxrl-configs")
@@ -218,8 +259,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fusedrl-sweep": lambda name, cfg: _subprocess_ours(cfg, totals[name], "run_ours_sweep"),
     }
     if args.baseline_python:
-        if not os.path.isfile(args.baseline_python):
-            p.error(f"--baseline-python {args.baseline_python}: no such file")
         impls["baseline"] = lambda name, cfg: _subprocess_ours(cfg, totals[name], python=args.baseline_python)
         impls["baseline-sweep"] = lambda name, cfg: _subprocess_ours(
             cfg, totals[name], "run_ours_sweep", python=args.baseline_python)
@@ -291,6 +330,100 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in many_agents_goal(rows):
         print(line)
     return 0
+
+
+#: `--grid`'s default cells, "AGENTSxENVS": the corners and middle of the speed rule's 1-64 agents
+#: and 4-2048 envs per agent.
+GRID_CELLS = "1x4,64x4,8x64,1x2048,64x2048"
+#: Steps per rollout by envs per agent (PureJaxRL's 128 at 4 envs, shorter for more envs).
+GRID_STEPS = {4: 128, 16: 64, 64: 32, 256: 16, 512: 8, 1024: 8, 2048: 4}
+
+#: The worker of `--grid`: reads JSON commands on stdin, one per line, and answers each with a
+#: JSON line: {"cell": [agents, envs, steps, updates]} compiles that cell's program (the
+#: `bench ppo` CartPole config, `jax.jit(jax.vmap(train))` over agents) and answers its compile
+#: seconds; {"run": 1} runs it once and answers the seconds.
+_GRID_WORKER = """
+import json, sys, time
+import jax
+from fusedrl import PPOConfig, make_train
+prog = None
+for line in sys.stdin:
+    cmd = json.loads(line)
+    t = time.perf_counter()
+    if "cell" in cmd:
+        agents, envs, steps, updates = cmd["cell"]
+        config = PPOConfig(env_id="CartPole-v1", num_envs=envs, num_steps=steps,
+                           total_timesteps=envs * steps * updates, update_epochs=4, num_minibatches=4,
+                           lr=2.5e-4, hidden_sizes=(64, 64), activation="tanh")
+        keys = jax.random.split(jax.random.key(0), agents)
+        prog = jax.jit(jax.vmap(make_train(config))).lower(keys).compile()
+    else:
+        jax.block_until_ready(prog(keys))
+    print(json.dumps({"s": time.perf_counter() - t, "jax": jax.__version__}), flush=True)
+"""
+
+
+def grid(pythons: dict[str, str], cells: list[tuple[int, int]], repeats: int, transitions: int) -> list[dict]:
+    """`--grid`: each implementation (label -> interpreter) in a process of its own; per cell one
+    compile each (all at once), then `repeats` alternating timed runs after a warm-up. Rows of median seconds,
+    ratios of medians and of minimums against the first implementation."""
+    procs = {label: subprocess.Popen([python, "-c", _GRID_WORKER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=os.path.expanduser("~"))
+             for label, python in pythons.items()}
+
+    def send(label, cmd):
+        procs[label].stdin.write(json.dumps(cmd) + "\n")
+        procs[label].stdin.flush()
+
+    def answer(label):
+        line = procs[label].stdout.readline()
+        if not line:
+            raise RuntimeError(f"--grid: the {label} worker ({pythons[label]}) exited")
+        return json.loads(line)
+
+    def ask(label, cmd):
+        send(label, cmd)
+        return answer(label)
+
+    labels, rows = list(procs), []
+    try:
+        for agents, envs in cells:
+            steps = GRID_STEPS.get(envs, 4)
+            updates = max(1, min(128, transitions // (agents * envs * steps)))
+            for label in labels:  # the workers compile at the same time
+                send(label, {"cell": [agents, envs, steps, updates]})
+            compile_s = {label: answer(label)["s"] for label in labels}
+            times: dict[str, list[float]] = {label: [] for label in labels}
+            for r in range(repeats + 1):
+                for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+                    t = ask(label, {"run": 1})["s"]
+                    if r:  # the first round warms up
+                        times[label].append(t)
+            first = labels[0]
+            row = {"agents": agents, "envs": envs, "steps": steps, "updates": updates,
+                   "compile_s": compile_s, "median_s": {k: statistics.median(v) for k, v in times.items()},
+                   "runs_s": times}
+            for label in labels[1:]:
+                row[f"ratio_{label}"] = row["median_s"][label] / row["median_s"][first]
+                row[f"min_ratio_{label}"] = min(times[label]) / min(times[first])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()
+            proc.wait(timeout=60)
+            proc.stdout.close()
+    return rows
+
+
+def _grid_cells(p: argparse.ArgumentParser, text: str) -> list[tuple[int, int]]:
+    cells = []
+    for item in text.split(","):
+        a, _, e = item.strip().partition("x")
+        if not (a.isdigit() and e.isdigit() and int(a) > 0 and int(e) > 0):
+            p.error(f"--grid-cells: {item!r} is not AGENTSxENVS (e.g. 8x64)")
+        cells.append((int(a), int(e)))
+    return cells
 
 
 def many_agents_goal(rows: list[dict]) -> list[str]:
