@@ -158,6 +158,10 @@ class OnPolicyConfig:
     #: The recurrent cell of the network: a field of PPOConfig; the other algorithms' networks are
     #: feed-forward, which this says, so that the trainer reads `config.recurrent` of every config.
     recurrent: ClassVar[str | None] = None
+    #: Multi-agent choices: fields of PPOConfig; the other algorithms run IPPO with shared parameters,
+    #: which these say, so that the multi-agent trainer reads them from every config.
+    critic: ClassVar[str] = "decentralized"
+    share_parameters: ClassVar[bool] = True
 
     def __new__(cls, *args, **kwargs):
         # Before the dataclass __init__: an unknown keyword gets a "did you mean" instead of

@@ -35,8 +35,8 @@ CRITICS = ("decentralized", "centralized")
 def check_config(config, team: TeamEnv | None) -> None:
     """The multi-agent fields against the env: `critic="centralized"` and `share_parameters=False`
     need a multi-agent env, and (for now) a built-in network (the MLP, or its recurrent version)."""
-    critic = getattr(config, "critic", "decentralized")
-    shared = getattr(config, "share_parameters", True)
+    critic = config.critic
+    shared = config.share_parameters
     if team is None:
         if critic == "centralized":
             raise ValueError(f"critic='centralized' (MAPPO) needs a multi-agent env (JaxMARL's MultiAgentEnv "
@@ -108,8 +108,8 @@ def wrap_network(config, network: nn.Module, team: TeamEnv) -> nn.Module:
     """The trainer's network for a multi-agent env: `network` itself for IPPO with shared parameters,
     else an `AgentNetwork` around it, or a `RecurrentAgentNetwork` in place of a recurrent one
     (`check_config` has made sure it is a built-in actor-critic)."""
-    centralized = getattr(config, "critic", "decentralized") == "centralized"
-    shared = getattr(config, "share_parameters", True)
+    centralized = config.critic == "centralized"
+    shared = config.share_parameters
     if shared and not centralized:
         return network
     if isinstance(network, RecurrentActorCritic):
@@ -197,7 +197,7 @@ def agent_returns(traj: Transition, num_agents: int, last: jax.Array) -> jax.Arr
 
 def team_env(config, env: Any) -> TeamEnv:
     """The `TeamEnv` the trainer steps for a multi-agent env (with the global state for MAPPO)."""
-    return TeamEnv(env, world_state=getattr(config, "critic", "decentralized") == "centralized",
+    return TeamEnv(env, world_state=config.critic == "centralized",
                    env_id=config.env_id)
 
 
