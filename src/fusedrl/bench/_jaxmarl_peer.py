@@ -34,9 +34,23 @@ SCRIPTS = {
     "mappo": ("baselines/MAPPO/mappo_rnn_mpe.py", "baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml"),
 }
 #: The yaml's fields that fusedrl's side must match (printed, so the bench can compare them).
-REPORTED = ("LR", "UPDATE_EPOCHS", "NUM_MINIBATCHES", "GAMMA", "GAE_LAMBDA", "CLIP_EPS", "ENT_COEF",
-            "VF_COEF", "MAX_GRAD_NORM", "ACTIVATION", "ANNEAL_LR", "ENV_NAME", "FC_DIM_SIZE", "GRU_HIDDEN_DIM",
-            "SCALE_CLIP_EPS")
+REPORTED = (
+    "LR",
+    "UPDATE_EPOCHS",
+    "NUM_MINIBATCHES",
+    "GAMMA",
+    "GAE_LAMBDA",
+    "CLIP_EPS",
+    "ENT_COEF",
+    "VF_COEF",
+    "MAX_GRAD_NORM",
+    "ACTIVATION",
+    "ANNEAL_LR",
+    "ENV_NAME",
+    "FC_DIM_SIZE",
+    "GRU_HIDDEN_DIM",
+    "SCALE_CLIP_EPS",
+)
 
 
 def _load(path: str, name: str):
@@ -71,8 +85,11 @@ def _greedy_returns(algo, module, config, params, key, episodes):
 
     key, reset_key = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
-    hidden = (module.ScannedRNN.initialize_carry(actors, config["GRU_HIDDEN_DIM"]) if algo == "mappo"
-              else jnp.zeros(()))
+    hidden = (
+        module.ScannedRNN.initialize_carry(actors, config["GRU_HIDDEN_DIM"])
+        if algo == "mappo"
+        else jnp.zeros(())
+    )
     length = env.max_steps + 2  # MPE ends an episode on its step max_steps + 1
 
     def step(carry, step_key):
@@ -86,7 +103,14 @@ def _greedy_returns(algo, module, config, params, key, episodes):
         done_agents = jnp.stack([done[a] for a in agents]).reshape((actors,))
         return (obs, state, hidden, done_agents, finished, ret), None
 
-    init = (obs, state, hidden, jnp.zeros((actors,), bool), jnp.zeros((episodes,), bool), jnp.zeros((episodes,)))
+    init = (
+        obs,
+        state,
+        hidden,
+        jnp.zeros((actors,), bool),
+        jnp.zeros((episodes,), bool),
+        jnp.zeros((episodes,)),
+    )
     (_, _, _, _, finished, ret), _ = jax.lax.scan(step, init, jax.random.split(key, length))
     if not bool(finished.all()):
         raise RuntimeError(f"{int((~finished).sum())} evaluation episodes did not end in {length} steps")
@@ -96,11 +120,15 @@ def _greedy_returns(algo, module, config, params, key, episodes):
 def main() -> None:
     algo = sys.argv[1] if len(sys.argv) > 1 else ""
     if algo not in SCRIPTS or len(sys.argv) != 7:
-        sys.exit(f"usage: {sys.argv[0]} ALGO SEEDS NUM_ENVS NUM_STEPS TOTAL EVAL_EPISODES, ALGO in {list(SCRIPTS)}")
+        sys.exit(
+            f"usage: {sys.argv[0]} ALGO SEEDS NUM_ENVS NUM_STEPS TOTAL EVAL_EPISODES, ALGO in {list(SCRIPTS)}"
+        )
     src = os.environ.get("JAXMARL_SRC")
     script, yaml = (os.path.join(src or "", p) for p in SCRIPTS[algo])
     if not src or not (os.path.isfile(script) and os.path.isfile(yaml)):
-        sys.exit(f"JAXMARL_SRC must name a folder holding {SCRIPTS[algo][0]} and {SCRIPTS[algo][1]}, got {src!r}.")
+        sys.exit(
+            f"JAXMARL_SRC must name a folder holding {SCRIPTS[algo][0]} and {SCRIPTS[algo][1]}, got {src!r}."
+        )
     # `python _jaxmarl_peer.py` puts this folder first on sys.path, where its `profile.py` (a bench
     # subcommand) would shadow the standard library's, which wandb imports.
     here = os.path.dirname(os.path.abspath(__file__))
@@ -135,12 +163,27 @@ def main() -> None:
             trained.append(float(curve[-1]) / (config["NUM_ACTORS"] // envs))
         else:
             params = out["runner_state"][0][0][0].params  # ((train_states, ...), update_steps): the actor
-        greedy.append(float(np.mean(_greedy_returns(algo, module, config, params, jax.random.PRNGKey(1000 + i),
-                                                    episodes))))
+        greedy.append(
+            float(
+                np.mean(_greedy_returns(algo, module, config, params, jax.random.PRNGKey(1000 + i), episodes))
+            )
+        )
     wandb.finish()
     n = config["NUM_UPDATES"] * envs * steps * seeds
-    print(json.dumps({"impl": f"jaxmarl-{algo}", "compile_s": compile_s, "train_s": train_s, "sps": n / train_s,
-                      "env_steps": n // seeds, "greedy": greedy, "train_ret": trained, "config": reported}))
+    print(
+        json.dumps(
+            {
+                "impl": f"jaxmarl-{algo}",
+                "compile_s": compile_s,
+                "train_s": train_s,
+                "sps": n / train_s,
+                "env_steps": n // seeds,
+                "greedy": greedy,
+                "train_ret": trained,
+                "config": reported,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
