@@ -19,6 +19,9 @@ The adapter wraps the suite's raw env (`jumanji.make(name)`, without its auto-re
   `is_truncated`. A `LAST` step with discount 0 is a termination; one with discount > 0 (a suite's
   own truncation) is reported as truncated. Multi-agent envs' rewards are summed over agents and an
   episode terminates when every agent's discount is 0 (jumanji's `MultiToSingleWrapper` defaults).
+- LevelBasedForaging, RobotWarehouse, Connector and Cleaner (`_MULTI_AGENT`) are not on this
+  contract: `make_env` gives them on JaxMARL's multi-agent one (`fusedrl.envs._jumanji_marl`), whose
+  agents the learners train as rows of one batch.
 - Keys: Jumanji keeps its key inside its state: `reset_env` passes the key it is given to the suite's
   `reset`, and `step_env` ignores its key (`deterministic_step`), the suite drawing from the key in
   its state.
@@ -49,8 +52,10 @@ _DOWNLOAD = {"Sokoban-v0": "it downloads DeepMind's Boxoban levels from the Hugg
 #: Envs whose action is a MultiDiscreteArray masked per component (agent or sub-action): a factorised
 #: categorical, `fusedrl.envs.MultiDiscrete(nvec)`, with the mask of component i in 0..nvec[i]-1 and
 #: the components' masks concatenated ([sum(nvec)] bool, the learners' convention).
-_FACTORISED = ("Cleaner-v0", "Connector-v3", "JobShop-v0", "LevelBasedForaging-v0", "MMST-v0",
-               "MultiCVRP-v0", "RobotWarehouse-v0")
+_FACTORISED = ("JobShop-v0", "MMST-v0", "MultiCVRP-v0")
+
+#: Multi-agent envs, on JaxMARL's multi-agent contract (`fusedrl.envs._jumanji_marl`): one row per agent.
+_MULTI_AGENT = ("Cleaner-v0", "Connector-v3", "LevelBasedForaging-v0", "RobotWarehouse-v0")
 
 #: Whether `_FACTORISED` envs are offered: set True once `fusedrl.envs.MultiDiscrete` is on main.
 _MULTIDISCRETE_READY = False
@@ -120,13 +125,18 @@ def _build(name: str) -> tuple[Any, int]:
     return jumanji.make(name, time_limit=_SUITE_LIMIT_OFF), int(limit)
 
 
-def make_env(name: str) -> JumanjiEnv:
+def make_env(name: str) -> Any:
+    """The env `name`: a `JumanjiEnv`, or for a multi-agent env a `_jumanji_marl.JumanjiTeam`."""
     if name not in _suite_ids():
         near = difflib.get_close_matches(name, _suite_ids(), n=3, cutoff=0.0)
         raise ValueError(f"Unknown Jumanji env {name!r}; the closest are {near}.")
     why = unavailable(name)
     if why:
         raise ValueError(f"jumanji:{name}: {why}")
+    if name in _MULTI_AGENT:
+        from fusedrl.envs import _jumanji_marl
+
+        return _jumanji_marl.make_env(name)
     suite, limit = _build(name)
     return JumanjiEnv(name, suite, limit)
 

@@ -9,6 +9,7 @@ The contract (`jaxmarl.environments.multi_agent_env.MultiAgentEnv`; a class need
     env.observation_space(agent), env.action_space(agent)            # per agent
     env.get_avail_actions(state) -> {agent: bool [n]}                # optional: action masks
     env.max_steps                                                    # optional: the time limit
+    env.is_truncated(state) -> bool []                               # optional: see below
 
 The learners fold the agent axis into the batch (JaxMARL's `batchify`, Mava's `agents_view`): an
 env of A agents is A rows, one per agent, each with its own reward and its own observation
@@ -25,7 +26,8 @@ count has reached `env.max_steps` is a time limit: truncated (the learners boots
 observation), never terminated, as for single-agent envs; the episode ends where the env says, so
 its length is the env's own (JaxMARL's MPE ends on step max_steps + 1). Agents done before the
 episode ends (`dones[agent]`) keep their rows until it does (their rewards are the env's, usually 0,
-and their masks what the env allows, usually a no-op).
+and their masks what the env allows, usually a no-op). An env that can tell a time limit from a
+true end on the same step says which with `is_truncated(state)` (read after the step) instead.
 """
 
 from __future__ import annotations
@@ -180,11 +182,13 @@ class TeamEnv(Environment):
         agent_reward = jnp.stack([jnp.asarray(rewards[a], jnp.float32).reshape(()) for a in self.agents])
         # An episode that ends at the time limit is truncated (`is_truncated`), not terminated.
         done = jnp.asarray(dones["__all__"], bool).reshape(())
-        new = TeamState(time=time, inner=inner, truncated=done & self._time_up(time))
+        new = TeamState(time=time, inner=inner, truncated=done & self._time_up(time, inner))
         terminated = done & ~new.truncated
         return self._observe(obs, inner), new, agent_reward.mean(), terminated, {"agent_reward": agent_reward}
 
-    def _time_up(self, time) -> jax.Array:
+    def _time_up(self, time, inner) -> jax.Array:
+        if hasattr(self.ma, "is_truncated"):  # the env says whether its episode ended at a time limit
+            return jnp.asarray(self.ma.is_truncated(inner), bool).reshape(())
         return jnp.bool_(False) if self.max_steps is None else time >= self.max_steps
 
     def is_truncated(self, state: TeamState, params=None) -> jax.Array:

@@ -102,7 +102,7 @@ def test_unknown_and_unavailable_ids():
     with pytest.raises(ValueError, match="Sokoban-v0: not available offline: it downloads"):
         fusedrl.make("jumanji:Sokoban-v0")
     with pytest.raises(ValueError, match="MultiDiscrete"):
-        fusedrl.make("jumanji:Cleaner-v0")
+        fusedrl.make("jumanji:JobShop-v0")
     assert "Sokoban-v0" not in _jumanji.env_names() and "Snake-v1" in _jumanji.env_names()
 
 
