@@ -132,7 +132,7 @@ def _jaxmarl_src(tmp_path):
 def test_marl_bench_alternates_the_sides_and_prints_the_ratio_of_medians(tmp_path, monkeypatch, capsys):
     # Stand-ins for the two sides' processes: what is tested is the order, the medians and the ratio.
     calls = []
-    ours_sps, peer_sps = iter([300.0, 500.0, 100.0, 300.0]), iter([200.0, 100.0, 400.0])
+    ours_sps, peer_sps = iter([300.0, 600.0, 100.0, 300.0]), iter([200.0, 100.0, 400.0])
 
     def ours(algo, *args, timeout):
         calls.append("ours")
