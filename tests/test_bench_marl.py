@@ -132,7 +132,7 @@ def _jaxmarl_src(tmp_path):
 def test_marl_bench_alternates_the_sides_and_prints_the_ratio_of_medians(tmp_path, monkeypatch, capsys):
     # Stand-ins for the two sides' processes: what is tested is the order, the medians and the ratio.
     calls = []
-    ours_sps, peer_sps = iter([300.0, 600.0, 100.0, 300.0]), iter([200.0, 100.0, 400.0])
+    ours_sps, peer_sps = iter([300.0, 600.0, 100.0, 300.0]), iter([200.0, 100.0, 50.0])
 
     def ours(algo, *args, timeout):
         calls.append("ours")
@@ -149,9 +149,10 @@ def test_marl_bench_alternates_the_sides_and_prints_the_ratio_of_medians(tmp_pat
     assert marl.main(argv) == 0
     assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]  # the order rotates every repeat
     out = capsys.readouterr().out
-    assert "ippo: ratio fusedrl/jaxmarl steps/s (median of runs): 1.50x" in out  # 300 / 200
+    # 300 / 100; paired: the median of 300/200, 600/100, 100/50
+    assert "ippo: ratio fusedrl/jaxmarl steps/s (median of runs): 3.00x, paired 2.00x" in out
     row = json.loads(out.splitlines()[-1])[0]
-    assert row["jaxmarl-ippo"]["sps_runs"] == [200, 100, 400] and row["ratio"] == pytest.approx(1.5)
+    assert row["jaxmarl-ippo"]["sps_runs"] == [200, 100, 50] and row["ratio"] == pytest.approx(3.0)
 
     # A peer whose yaml was changed stops the benchmark at its first run.
     calls.clear()

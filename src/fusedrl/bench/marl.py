@@ -20,7 +20,9 @@ order; each run trains `--seeds` seeds one after another through one compiled pr
 timed apart, steps/s over the training calls alone) and evaluates each seed's final policy
 greedily on `--eval-episodes` episodes: the team return (the episode's sum of the mean over agents
 of their rewards), ours by `fusedrl.evaluate`, JaxMARL's by the runner on JaxMARL's env. The table
-gives medians over the repeats and the ratio of median steps/s; the peer's config is checked
+gives medians over the repeats, the ratio of median steps/s and the paired ratio (the median over repeats
+of each repeat's ours/JaxMARL, which cancels load that drifts between repeats; when the two disagree, the
+load moved during the run); the peer's config is checked
 against ours after each of its runs. The machine is noisy: only ratios measured in one run mean anything.
 """
 
@@ -280,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         peer = f"jaxmarl-{algo}"
         if peer in runs:
             row["ratio"] = row[f"fusedrl-{algo}"]["sps"] / row[peer]["sps"]
+            row["paired"] = statistics.median(
+                o["sps"] / t["sps"] for o, t in zip(runs[f"fusedrl-{algo}"], runs[peer], strict=True))
         rows.append(row)
     print()
     print(f"{'impl':<15} {'compile s':>9} {'steps/s':>10} {'greedy return (mean; per seed)':<40}")
@@ -290,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seeds = ", ".join(f"{g:.2f}" for g in r["greedy"])
                 print(f"{label:<15} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['greedy_mean']:.2f}; {seeds}")
         if "ratio" in row:
-            print(f"{row['algo']}: ratio fusedrl/jaxmarl steps/s (median of runs): {row['ratio']:.2f}x")
+            print(f"{row['algo']}: ratio fusedrl/jaxmarl steps/s (median of runs): {row['ratio']:.2f}x, "
+                  f"paired {row['paired']:.2f}x")
     print(json.dumps(rows))
     return 0
 
