@@ -135,6 +135,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr=2e-4, gamma=0.99, gae_lambda=0.8, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
         max_grad_norm=1.0, hidden_sizes=(256, 256), activation="tanh",
     ),
+    # IPPO at JaxMARL's own MPE config (baselines/IPPO/config/ippo_ff_mpe.yaml: 16 envs x 128 steps, 4
+    # epochs x 4 minibatches, lr 2.5e-4 annealed, 2x64 tanh), one network shared by the 3 agents, 1e6
+    # env steps (JaxMARL's: 1e7). MAPPO: add critic="centralized" (docs/results.md, Multi-agent).
+    "jaxmarl:MPE_simple_spread_v3": dict(
+        num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=4,
+        lr=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
+    ),
+    # Jumanji's LevelBasedForaging (8x8, 2 agents, 2 food, 100-step limit, masked actions) at the MPE
+    # preset's IPPO numbers, 5e5 env steps for a CPU. MAPPO: add critic="centralized".
+    "jumanji:LevelBasedForaging-v0": dict(
+        num_envs=16, num_steps=128, total_timesteps=500_000, update_epochs=4, num_minibatches=4,
+        lr=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
+        max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
+    ),
 }
 
 

@@ -1,0 +1,304 @@
+"""Multi-agent PPO (IPPO, MAPPO) against JaxMARL's own baselines on MPE: steps/s and greedy returns.
+
+    python -m fusedrl.bench marl [--algos ippo,mappo] [--seeds 1] [--repeats 3] [--num-envs 16]
+                                 [--num-steps 128] [--total-timesteps 262144] [--eval-episodes 64]
+                                 [--peer-python .peers-venv/bin/python --jaxmarl-src DIR]
+
+MPE_simple_spread_v3 (3 agents), at the config of JaxMARL's yaml for each baseline:
+  ippo   ours: `PPOConfig(env_id="jaxmarl:MPE_simple_spread_v3")`, parameters shared, 2x64 tanh, lr 2.5e-4;
+         JaxMARL: `baselines/IPPO/ippo_ff_mpe.py` with `config/ippo_ff_mpe.yaml` (the same numbers)
+  mappo  ours: `critic="centralized"`, 2x128 ReLU actor and critic, lr 2e-3; JaxMARL:
+         `baselines/MAPPO/mappo_rnn_mpe.py` with `config/mappo_homogenous_rnn_mpe.yaml` (lr 2e-3, a
+         Dense(128) ReLU, a 128-unit GRU, a 128-wide ReLU layer: JaxMARL has no feed-forward MAPPO
+         for MPE, and ours has no recurrent one yet, so the networks differ)
+Both: 4 epochs x 4 minibatches, gamma 0.99, gae_lambda 0.95, clip 0.2, ent 0.01, vf 0.5, grad norm
+0.5, lr annealed; the batch (--num-envs x --num-steps) and the budget as given, to both.
+
+Every run is a fresh process (ours: this interpreter; JaxMARL's: `--peer-python`, running
+`fusedrl/bench/_jaxmarl_peer.py` on the scripts in `--jaxmarl-src`), sides alternating in rotating
+order; each run trains `--seeds` seeds one after another through one compiled program (compile
+timed apart, steps/s over the training calls alone) and evaluates each seed's final policy
+greedily on `--eval-episodes` episodes: the team return (the episode's sum of the mean over agents
+of their rewards), ours by `fusedrl.evaluate`, JaxMARL's by the runner on JaxMARL's env. The table
+gives medians over the repeats, the ratio of median steps/s and the paired ratio (the median over repeats
+of each repeat's ours/JaxMARL, which cancels load that drifts between repeats; when the two disagree, the
+load moved during the run); the peer's config is checked
+against ours after each of its runs. The machine is noisy: only ratios measured in one run mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from fusedrl.bench._timing import compile_then_run, cpu_model
+
+ENV_ID = "jaxmarl:MPE_simple_spread_v3"
+ALGOS = ("ippo", "mappo")
+#: Each algorithm's config: JaxMARL's yaml numbers, as `PPOConfig` fields (besides the batch and budget).
+FIELDS = {
+    "ippo": dict(
+        update_epochs=4,
+        num_minibatches=4,
+        lr=2.5e-4,
+        anneal_lr=True,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_eps=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        hidden_sizes=(64, 64),
+        activation="tanh",
+    ),
+    "mappo": dict(
+        update_epochs=4,
+        num_minibatches=4,
+        lr=2e-3,
+        anneal_lr=True,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_eps=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        hidden_sizes=(128, 128),
+        activation="relu",
+        critic="centralized",
+    ),
+}
+#: The peer's yaml keys and the `PPOConfig` fields they must equal.
+PEER_KEYS = {
+    "LR": "lr",
+    "UPDATE_EPOCHS": "update_epochs",
+    "NUM_MINIBATCHES": "num_minibatches",
+    "GAMMA": "gamma",
+    "GAE_LAMBDA": "gae_lambda",
+    "CLIP_EPS": "clip_eps",
+    "ENT_COEF": "ent_coef",
+    "VF_COEF": "vf_coef",
+    "MAX_GRAD_NORM": "max_grad_norm",
+    "ANNEAL_LR": "anneal_lr",
+}
+PEER_RUNNER = os.path.join(os.path.dirname(__file__), "_jaxmarl_peer.py")
+
+
+def config(algo: str, num_envs: int, num_steps: int, total: int):
+    """Our `PPOConfig` of `algo` ("ippo" or "mappo") at JaxMARL's numbers (`FIELDS`)."""
+    from fusedrl.train import PPOConfig
+
+    return PPOConfig(
+        env_id=ENV_ID, num_envs=num_envs, num_steps=num_steps, total_timesteps=total, **FIELDS[algo]
+    )
+
+
+def run_ours(algo: str, seeds: int, num_envs: int, num_steps: int, total: int, episodes: int) -> dict:
+    """Ours: `seeds` seeds one after another through one compiled `train`, each evaluated greedily
+    (`fusedrl.evaluate`, `episodes` episodes); the same fields as the peer runner's JSON line."""
+    import fusedrl
+
+    cfg = config(algo, num_envs, num_steps, total)
+    train = jax.jit(fusedrl.make_train(cfg))
+    keys = jax.random.split(jax.random.key(0), seeds)
+    compile_s, train_s, greedy, trained = 0.0, 0.0, [], []
+    for i in range(seeds):
+        result, c, seconds = compile_then_run(train, keys[i])
+        compile_s, train_s = (c if i == 0 else compile_s), train_s + seconds
+        trained.append(float(np.asarray(result.metrics["episode_return"])[-1]))
+        returns = fusedrl.evaluate(cfg, result, jax.random.key(1000 + i), num_episodes=episodes)
+        greedy.append(float(np.mean(np.asarray(returns))))
+    return {
+        "impl": f"fusedrl-{algo}",
+        "compile_s": compile_s,
+        "train_s": train_s,
+        "sps": cfg.env_steps * seeds / train_s,
+        "env_steps": cfg.env_steps,
+        "greedy": greedy,
+        "train_ret": trained,
+    }
+
+
+def _subprocess(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> dict:
+    out = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=os.path.expanduser("~"),
+    )  # not a checkout's root, whose envs/ and train/ are no package
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(argv[:3])} ... failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ours_in_subprocess(
+    algo: str, seeds: int, num_envs: int, num_steps: int, total: int, episodes: int, *, timeout: float
+) -> dict:
+    code = (
+        f"import json; from fusedrl.bench.marl import run_ours; "
+        f"print(json.dumps(run_ours({algo!r}, {seeds}, {num_envs}, {num_steps}, {total}, {episodes})))"
+    )
+    return _subprocess([sys.executable, "-c", code], timeout)
+
+
+def peer_in_subprocess(
+    python: str,
+    src: str,
+    algo: str,
+    seeds: int,
+    num_envs: int,
+    num_steps: int,
+    total: int,
+    episodes: int,
+    *,
+    timeout: float,
+) -> dict:
+    argv = [
+        os.path.abspath(python),
+        PEER_RUNNER,
+        algo,
+        str(seeds),
+        str(num_envs),
+        str(num_steps),
+        str(total),
+        str(episodes),
+    ]
+    return _subprocess(argv, timeout, env={"JAXMARL_SRC": os.path.abspath(src)})
+
+
+def config_mismatches(algo: str, peer_config: dict) -> list[str]:
+    """The peer's yaml values (its JSON's "config") that differ from our config of `algo`."""
+    ours = FIELDS[algo]
+    bad = [
+        f"{key}={peer_config[key]!r} vs {field}={ours[field]!r}"
+        for key, field in PEER_KEYS.items()
+        if key in peer_config and peer_config[key] != ours[field]
+    ]
+    if peer_config.get("ENV_NAME", "MPE_simple_spread_v3") != ENV_ID.partition(":")[2]:
+        bad.append(f"ENV_NAME={peer_config['ENV_NAME']!r} vs {ENV_ID}")
+    if algo == "ippo" and peer_config.get("ACTIVATION", "tanh") != ours["activation"]:
+        bad.append(f"ACTIVATION={peer_config['ACTIVATION']!r} vs activation={ours['activation']!r}")
+    if algo == "mappo" and peer_config.get("FC_DIM_SIZE", 128) != ours["hidden_sizes"][0]:
+        bad.append(f"FC_DIM_SIZE={peer_config['FC_DIM_SIZE']!r} vs hidden_sizes={ours['hidden_sizes']!r}")
+    return bad
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Medians over a side's runs: steps/s, compile s; the greedy and training returns of every seed
+    of every run, with their mean."""
+    greedy = [g for r in runs for g in r["greedy"]]
+    trained = [t for r in runs for t in r["train_ret"]]
+    return {
+        "sps": statistics.median(r["sps"] for r in runs),
+        "compile_s": statistics.median(r["compile_s"] for r in runs),
+        "sps_runs": [round(r["sps"]) for r in runs],
+        "greedy": greedy,
+        "greedy_mean": float(np.mean(greedy)),
+        "train_ret_mean": float(np.mean(trained)) if trained else None,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fusedrl.bench marl", description=__doc__.splitlines()[0])
+    p.add_argument("--algos", default=",".join(ALGOS), help="comma-separated among " + ",".join(ALGOS))
+    p.add_argument("--seeds", type=int, default=1, help="seeds per run, trained one after another")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each side, alternating")
+    p.add_argument("--num-envs", type=int, default=16)
+    p.add_argument("--num-steps", type=int, default=128)
+    p.add_argument("--total-timesteps", type=int, default=262_144, help="env steps per seed")
+    p.add_argument("--eval-episodes", type=int, default=64, help="greedy episodes per seed")
+    p.add_argument("--peer-python", default=None, help="interpreter that runs JaxMARL's baselines")
+    p.add_argument(
+        "--jaxmarl-src",
+        default=None,
+        help="folder with JaxMARL's baselines/IPPO/ippo_ff_mpe.py, baselines/MAPPO/mappo_rnn_mpe.py "
+        "and their config/*.yaml (see fusedrl/bench/_jaxmarl_peer.py)",
+    )
+    p.add_argument("--timeout", type=float, default=3600, help="seconds a run may take")
+    args = p.parse_args(argv)
+    algos = [a.strip() for a in args.algos.split(",") if a.strip()]
+    if not algos or set(algos) - set(ALGOS):
+        p.error(
+            f"--algos: unknown or no algorithm(s) {sorted(set(algos) - set(ALGOS))}; "
+            f"valid: {', '.join(ALGOS)}"
+        )
+    for flag in ("seeds", "repeats", "num_envs", "num_steps", "eval_episodes"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.total_timesteps < args.num_envs * args.num_steps:
+        p.error(
+            f"--total-timesteps {args.total_timesteps} is less than one update's batch "
+            f"(--num-envs x --num-steps = {args.num_envs * args.num_steps})"
+        )
+    if bool(args.peer_python) != bool(args.jaxmarl_src):
+        p.error("--peer-python and --jaxmarl-src go together (JaxMARL's scripts run in that interpreter)")
+    if args.peer_python and not os.path.isfile(args.peer_python):
+        p.error(f"--peer-python {args.peer_python}: no such file")
+    if args.jaxmarl_src:
+        from fusedrl.bench._jaxmarl_peer import SCRIPTS
+
+        missing = [
+            f for a in algos for f in SCRIPTS[a] if not os.path.isfile(os.path.join(args.jaxmarl_src, f))
+        ]
+        if missing:
+            p.error(
+                f"--jaxmarl-src {args.jaxmarl_src}: missing {', '.join(missing)} (copy them, unmodified, "
+                f"from github.com/FLAIROx/JaxMARL)"
+            )
+    size = (args.seeds, args.num_envs, args.num_steps, args.total_timesteps, args.eval_episodes)
+    print(
+        f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs ({cpu_model()}); {ENV_ID}, "
+        f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps} env steps per seed, "
+        f"{args.seeds} seed(s) per run, {args.repeats} repeats, "
+        f"{args.eval_episodes} greedy episodes per seed",
+        flush=True,
+    )
+    rows = []
+    for algo in algos:
+        sides = {f"fusedrl-{algo}": lambda a=algo: ours_in_subprocess(a, *size, timeout=args.timeout)}
+        if args.peer_python:
+            sides[f"jaxmarl-{algo}"] = lambda a=algo: peer_in_subprocess(
+                args.peer_python, args.jaxmarl_src, a, *size, timeout=args.timeout
+            )
+        labels = list(sides)
+        runs: dict[str, list[dict]] = {label: [] for label in labels}
+        for r in range(args.repeats):
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:  # rotate the order
+                runs[label].append(sides[label]())
+                print(json.dumps({"algo": algo, "repeat": r, **runs[label][-1]}), flush=True)
+                bad = config_mismatches(algo, runs[label][-1].get("config", {}))
+                if bad:  # a yaml that was changed: no comparison at another config
+                    raise SystemExit(f"JaxMARL's {algo} config differs from ours: {'; '.join(bad)}")
+        row = {"algo": algo, **{label: summarize(rs) for label, rs in runs.items()}}
+        peer = f"jaxmarl-{algo}"
+        if peer in runs:
+            row["ratio"] = row[f"fusedrl-{algo}"]["sps"] / row[peer]["sps"]
+            row["paired"] = statistics.median(
+                o["sps"] / t["sps"] for o, t in zip(runs[f"fusedrl-{algo}"], runs[peer], strict=True))
+        rows.append(row)
+    print()
+    print(f"{'impl':<15} {'compile s':>9} {'steps/s':>10} {'greedy return (mean; per seed)':<40}")
+    for row in rows:
+        for label in (f"fusedrl-{row['algo']}", f"jaxmarl-{row['algo']}"):
+            if label in row:
+                r = row[label]
+                seeds = ", ".join(f"{g:.2f}" for g in r["greedy"])
+                print(f"{label:<15} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['greedy_mean']:.2f}; {seeds}")
+        if "ratio" in row:
+            print(f"{row['algo']}: ratio fusedrl/jaxmarl steps/s (median of runs): {row['ratio']:.2f}x, "
+                  f"paired {row['paired']:.2f}x")
+    print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""`python -m fusedrl.bench marl` at tiny sizes: our IPPO/MAPPO runs, the table, the config check
+against JaxMARL's yaml, and the peer runner's greedy evaluation against a plain loop over JaxMARL's env."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jaxmarl")
+
+from fusedrl.bench import _jaxmarl_peer as peer  # noqa: E402
+from fusedrl.bench import marl  # noqa: E402
+
+TINY = [
+    "--seeds",
+    "2",
+    "--repeats",
+    "1",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "26",
+    "--total-timesteps",
+    "52",
+    "--eval-episodes",
+    "3",
+]
+#: JaxMARL's yaml numbers (baselines/IPPO/config/ippo_ff_mpe.yaml,
+#: baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml).
+YAML = {
+    "ippo": {
+        "LR": 2.5e-4,
+        "UPDATE_EPOCHS": 4,
+        "NUM_MINIBATCHES": 4,
+        "GAMMA": 0.99,
+        "GAE_LAMBDA": 0.95,
+        "CLIP_EPS": 0.2,
+        "ENT_COEF": 0.01,
+        "VF_COEF": 0.5,
+        "MAX_GRAD_NORM": 0.5,
+        "ACTIVATION": "tanh",
+        "ANNEAL_LR": True,
+        "ENV_NAME": "MPE_simple_spread_v3",
+    },
+    "mappo": {
+        "LR": 2e-3,
+        "UPDATE_EPOCHS": 4,
+        "NUM_MINIBATCHES": 4,
+        "GAMMA": 0.99,
+        "GAE_LAMBDA": 0.95,
+        "CLIP_EPS": 0.2,
+        "ENT_COEF": 0.01,
+        "VF_COEF": 0.5,
+        "MAX_GRAD_NORM": 0.5,
+        "ACTIVATION": "tanh",
+        "ANNEAL_LR": True,
+        "ENV_NAME": "MPE_simple_spread_v3",
+        "FC_DIM_SIZE": 128,
+        "GRU_HIDDEN_DIM": 128,
+        "SCALE_CLIP_EPS": False,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def ours_only():
+    """`bench marl` with both algorithms, ours alone, each run in this process (the subprocess
+    around `run_ours` is the only thing replaced): its stdout."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.setattr(marl, "ours_in_subprocess", lambda *a, timeout: marl.run_ours(*a))
+        assert marl.main(TINY) == 0
+    return out.getvalue()
+
+
+def test_marl_bench_trains_and_evaluates_both_algorithms_at_jaxmarls_config(ours_only):
+    runs = [json.loads(line) for line in ours_only.splitlines() if line.startswith('{"algo"')]
+    assert [r["impl"] for r in runs] == ["fusedrl-ippo", "fusedrl-mappo"]
+    for r in runs:
+        assert r["env_steps"] == 52 and len(r["greedy"]) == len(r["train_ret"]) == 2
+        assert r["sps"] * r["train_s"] == pytest.approx(2 * 52)  # both seeds' steps over the training calls
+        assert all(-200 < g < 0 for g in r["greedy"])  # MPE spread: distances are penalties
+        assert r["greedy"][0] != r["greedy"][1]  # two seeds, two policies
+    rows = json.loads(ours_only.splitlines()[-1])
+    assert [row["algo"] for row in rows] == ["ippo", "mappo"] and not any("ratio" in row for row in rows)
+    assert rows[0]["fusedrl-ippo"]["greedy_mean"] == pytest.approx(np.mean(runs[0]["greedy"]))
+    for algo in marl.ALGOS:  # our configs carry JaxMARL's numbers
+        assert marl.config_mismatches(algo, YAML[algo]) == []
+    assert marl.config("mappo", 16, 128, 2048).critic == "centralized"
+    assert marl.config("ippo", 16, 128, 2048).critic == "decentralized"
+
+
+def test_marl_bench_names_a_peer_config_that_differs():
+    assert marl.config_mismatches("ippo", {**YAML["ippo"], "LR": 1e-3}) == ["LR=0.001 vs lr=0.00025"]
+    assert marl.config_mismatches("mappo", {**YAML["mappo"], "UPDATE_EPOCHS": 10, "FC_DIM_SIZE": 64}) == [
+        "UPDATE_EPOCHS=10 vs update_epochs=4",
+        "FC_DIM_SIZE=64 vs hidden_sizes=(128, 128)",
+    ]
+    assert marl.config_mismatches("ippo", {**YAML["ippo"], "ENV_NAME": "MPE_simple_v3"}) == [
+        "ENV_NAME='MPE_simple_v3' vs jaxmarl:MPE_simple_spread_v3"
+    ]
+
+
+def _fake_run(impl, sps, config=None):
+    return {
+        "impl": impl,
+        "compile_s": 1.0,
+        "train_s": 1.0,
+        "sps": sps,
+        "env_steps": 52,
+        "greedy": [-20.0, -22.0],
+        "train_ret": [-25.0, -26.0],
+        **({"config": config} if config else {}),
+    }
+
+
+def _jaxmarl_src(tmp_path):
+    for path in (p for pair in peer.SCRIPTS.values() for p in pair):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    return ["--peer-python", sys.executable, "--jaxmarl-src", str(tmp_path)]
+
+
+def test_marl_bench_alternates_the_sides_and_prints_the_ratio_of_medians(tmp_path, monkeypatch, capsys):
+    # Stand-ins for the two sides' processes: what is tested is the order, the medians and the ratio.
+    calls = []
+    ours_sps, peer_sps = iter([300.0, 600.0, 100.0, 300.0]), iter([200.0, 100.0, 50.0])
+
+    def ours(algo, *args, timeout):
+        calls.append("ours")
+        return _fake_run(f"fusedrl-{algo}", next(ours_sps))
+
+    def theirs(python, src, algo, *args, timeout):
+        calls.append("peer")
+        assert os.path.isfile(os.path.join(src, peer.SCRIPTS[algo][0]))
+        return _fake_run(f"jaxmarl-{algo}", next(peer_sps), YAML[algo])
+
+    monkeypatch.setattr(marl, "ours_in_subprocess", ours)
+    monkeypatch.setattr(marl, "peer_in_subprocess", theirs)
+    argv = [*TINY, "--algos", "ippo", "--repeats", "3", *_jaxmarl_src(tmp_path)]
+    assert marl.main(argv) == 0
+    assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]  # the order rotates every repeat
+    out = capsys.readouterr().out
+    # 300 / 100; paired: the median of 300/200, 600/100, 100/50
+    assert "ippo: ratio fusedrl/jaxmarl steps/s (median of runs): 3.00x, paired 2.00x" in out
+    row = json.loads(out.splitlines()[-1])[0]
+    assert row["jaxmarl-ippo"]["sps_runs"] == [200, 100, 50] and row["ratio"] == pytest.approx(3.0)
+
+    # A peer whose yaml was changed stops the benchmark at its first run.
+    calls.clear()
+    monkeypatch.setattr(
+        marl,
+        "peer_in_subprocess",
+        lambda python, src, algo, *a, timeout: (
+            calls.append("peer") or _fake_run(f"jaxmarl-{algo}", 200.0, {**YAML[algo], "ENT_COEF": 0.0})
+        ),
+    )
+    with pytest.raises(SystemExit, match="ENT_COEF=0.0 vs ent_coef=0.01"):
+        marl.main([*TINY, "--algos", "ippo", "--repeats", "3", *_jaxmarl_src(tmp_path)])
+    assert calls == ["ours", "peer"]  # no second repeat
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--algos", "vdn"], "--algos: unknown"),
+        (["--seeds", "0"], "--seeds must be >= 1"),
+        (["--total-timesteps", "100"], "less than one update's batch"),
+        (["--peer-python", sys.executable], "go together"),
+        (["--peer-python", "/no/python", "--jaxmarl-src", "."], "no such file"),
+    ],
+)
+def test_marl_bench_refuses_bad_arguments_before_training(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(marl, "ours_in_subprocess", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(SystemExit):
+        marl.main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_marl_bench_refuses_a_jaxmarl_folder_without_the_scripts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(marl, "ours_in_subprocess", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(SystemExit):
+        marl.main(["--algos", "mappo", "--peer-python", sys.executable, "--jaxmarl-src", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "baselines/MAPPO/mappo_rnn_mpe.py" in err and "ippo_ff_mpe.py" not in err
+
+
+def test_peer_runner_greedy_returns_match_a_plain_loop_over_jaxmarls_env():
+    # The runner's batched evaluation (the scripts' agent-major rows, episodes stopped at their first
+    # end) against one episode at a time, stepped in Python, summed in float64.
+    import jax
+
+    with jax.numpy_rank_promotion("allow"):  # JaxMARL's MPE broadcasts implicitly
+        _greedy_returns_match_a_plain_loop()
+
+
+def _greedy_returns_match_a_plain_loop():
+    import distrax
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import jaxmarl
+
+    class ActorCritic(nn.Module):  # the shape of ippo_ff_mpe.py's network: (pi, value)
+        action_dim: int
+        activation: str = "tanh"
+
+        @nn.compact
+        def __call__(self, x):
+            return distrax.Categorical(logits=nn.Dense(self.action_dim)(x)), jnp.zeros(x.shape[:-1])
+
+    config = {"ENV_NAME": "MPE_simple_spread_v3", "ENV_KWARGS": {}, "ACTIVATION": "tanh"}
+    env = jaxmarl.make("MPE_simple_spread_v3")
+    agents = env.agents
+    net = ActorCritic(env.action_space(agents[0]).n)
+    params = net.init(jax.random.PRNGKey(3), jnp.zeros(env.observation_space(agents[0]).shape))
+    episodes, key = 4, jax.random.PRNGKey(7)
+    got = np.asarray(
+        peer._greedy_returns(
+            "ippo", types.SimpleNamespace(ActorCritic=ActorCritic), config, params, key, episodes
+        )
+    )
+
+    w, b = (np.asarray(params["params"]["Dense_0"][k], np.float64) for k in ("kernel", "bias"))
+    key, reset_key = jax.random.split(key)
+    step_keys = jax.random.split(key, env.max_steps + 2)
+    want = []
+    for e in range(episodes):
+        obs, state = env.reset(jax.random.split(reset_key, episodes)[e])
+        total, t = 0.0, 0
+        while True:
+            actions = {a: int(np.argmax(np.asarray(obs[a], np.float64) @ w + b)) for a in agents}
+            obs, state, reward, done, _ = env.step(
+                jax.random.split(step_keys[t], episodes)[e], state, actions
+            )
+            total += np.mean([float(reward[a]) for a in agents])
+            t += 1
+            if bool(done["__all__"]):
+                break
+        assert t == env.max_steps + 1
+        want.append(total)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert len(set(np.round(want, 3))) == episodes  # four different starts: the episodes are told apart
