@@ -1,8 +1,8 @@
 """Less work per sample, same math: each rewrite of a hot path against the computation it replaced.
 
-- The minibatches are gathered from the batch by index where they are used (`minibatch_epochs`),
-  instead of from a permuted copy of the whole batch made per epoch: the same minibatches in the same
-  order, so the update is bit-identical to the one written here the old way.
+- The minibatches (`minibatch_epochs`) are consecutive slices of one permutation of the batch per
+  epoch, in order: the update is bit-identical to the one written here (a gather by index inside the
+  minibatch loop was tried against it and taken out again: docs/gpu.md).
 - The rollout values each step's next observation (before any auto-reset) where the step makes it,
   and checks it for NaN and inf there, instead of storing it as `next_obs` for the targets to value
   in one batched call over [T * N]: the same values up to float rounding (the matmuls' batch size
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _permuted_copy_epochs(loss_fn, optimizer, params, opt_state, batch, key, *, epochs, minibatches):
-    """The update as it was: each epoch permutes a copy of the whole batch, cut into minibatches."""
+    """The update written out: each epoch permutes a copy of the whole batch, cut into consecutive minibatches."""
     batch_size = jax.tree.leaves(batch)[0].shape[0]
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
@@ -58,7 +58,7 @@ def _linear_loss(params, batch):
     return loss, {"err": err.mean(), "first": batch.obs[0, 0]}
 
 
-def test_minibatches_gathered_by_index_are_the_permuted_copy_s():
+def test_minibatches_are_consecutive_slices_of_each_epochs_permutation():
     keys = jax.random.split(jax.random.key(0), 6)
     n, d = 48, 5
     batch = Batch(obs=jax.random.normal(keys[0], (n, d)), action=jnp.arange(n),
