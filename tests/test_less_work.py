@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _permuted_copy_epochs(loss_fn, optimizer, params, opt_state, batch, key, *, epochs, minibatches):
-    """The update written out: each epoch permutes a copy of the whole batch, cut into consecutive minibatches."""
+    """The update written out: each epoch permutes a copy of the batch, cut into consecutive minibatches."""
     batch_size = jax.tree.leaves(batch)[0].shape[0]
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
