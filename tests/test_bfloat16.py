@@ -84,6 +84,19 @@ def test_presets_bench_compares_dtypes_from_the_same_keys(capsys, monkeypatch):
     import fusedrl
     from fusedrl.bench import presets as bench_presets
 
+    def iqm64(per_seed):  # the mean of the middle half of 4 seeds' means
+        return np.sort(np.asarray(per_seed, np.float64))[1:3].mean()
+
+    # Welch's z of two sides of known per-seed means, against its float64 formula.
+    a, b = np.array([1.0, 2.0, 4.0, 9.0]), np.array([3.0, 5.0, 6.0, 10.0])
+    def side(m, dtype):  # a row of per-seed means m
+        return {"env": "e", "algo": "ppo", "env_steps": 1, "compute_dtype": dtype, "seeds": 4,
+                "mean": m.mean(), "std": m.std(), "iqm": iqm64(m), "train_s": 1.0}
+
+    c = bench_presets.compare_dtypes(side(a, "float32"), side(b, "bfloat16"))
+    np.testing.assert_allclose(c["z"], (b.mean() - a.mean()) / np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 4))
+    assert (c["mean_diff"], c["iqm_diff"], c["dtypes"]) == (2.0, 2.5, ["float32", "bfloat16"])
+
     seen = []  # (compute_dtype, greedy, key data, returns [seeds, episodes]) per evaluate call
     evaluate = fusedrl.evaluate
 
@@ -105,9 +118,6 @@ def test_presets_bench_compares_dtypes_from_the_same_keys(capsys, monkeypatch):
     assert [(dtype, greedy) for dtype, greedy, _, _ in seen] == [("float32", True), ("bfloat16", True)]
     np.testing.assert_array_equal(seen[0][2], seen[1][2])  # evaluated from the same key
 
-    def iqm64(per_seed):  # the mean of the middle half of 4 seeds' means
-        return np.sort(np.asarray(per_seed, np.float64))[1:3].mean()
-
     means = [returns.astype(np.float64).mean(axis=1) for _, _, _, returns in seen]
     for row, m in zip(rows, means, strict=True):
         np.testing.assert_allclose(row["iqm"], iqm64(m), rtol=1e-6)
@@ -116,13 +126,6 @@ def test_presets_bench_compares_dtypes_from_the_same_keys(capsys, monkeypatch):
     if means[0].mean() != means[1].mean():  # z is 0 either way when the two sides score alike
         se = np.sqrt((means[0].var(ddof=1) + means[1].var(ddof=1)) / 4)
         np.testing.assert_allclose(comparison["z"], (means[1].mean() - means[0].mean()) / se, rtol=1e-5)
-    # Welch's z of two sides of known per-seed means, against its float64 formula.
-    a, b = np.array([1.0, 2.0, 4.0, 9.0]), np.array([3.0, 5.0, 6.0, 10.0])
-    side = lambda m, d: {"env": "e", "algo": "ppo", "env_steps": 1, "compute_dtype": d, "seeds": 4,  # noqa: E731
-                         "mean": m.mean(), "std": m.std(), "iqm": iqm64(m), "train_s": 1.0}
-    c = bench_presets.compare_dtypes(side(a, "float32"), side(b, "bfloat16"))
-    np.testing.assert_allclose(c["z"], (b.mean() - a.mean()) / np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 4))
-    assert (c["mean_diff"], c["iqm_diff"], c["dtypes"]) == (2.0, 2.5, ["float32", "bfloat16"])
     assert "bfloat16 - float32: mean" in out and "CartPole-v1, bfloat16" in out
 
     with pytest.raises(SystemExit):
