@@ -102,7 +102,7 @@ grep -q "^install .*rc=0 " "$SUMMARY" || { echo "install failed: see $OUT/setup.
 if [ -n "$PRESETS" ]; then
   cd "$WORK" || exit 1
   if [ -n "$SMOKE" ]; then  # one env per stream, tiny budgets: a dry run of every command
-    export P_CAP=1024 P_MINATAR_CPU=8192 P_MINATAR=8192 P_EPISODES=4  # MinAtar: an update is 64 x 128 steps
+    export P_CAP=4096 P_MINATAR_CPU=8192 P_MINATAR=8192 P_EPISODES=4  # one update: REINFORCE 8 x 500, MinAtar 64 x 128 steps
     export P_CLASSIC="--env CartPole-v1" P_FULL_MINATAR="--env gymnax:Breakout-MinAtar"
     export P_A2C="--env CartPole-v1" P_REINFORCE="--env CartPole-v1"
   else
