@@ -6,6 +6,8 @@
 #
 #   bash .ci/gpu-session.sh            # on the GPU machine, from the checkout's root, .whl carried
 #   bash .ci/gpu-session.sh --smoke    # the same steps at tiny sizes: a dry run on a CPU
+#   bash .ci/gpu-session.sh --presets  # instead: the presets learned at float32 and bfloat16 (a
+#                                      # second call; its own budget, GPU_PRESETS_BUDGET, 240 s)
 #
 # Needs .whl/ (gymnax, gymnasium, farama-notifications, six), .whl/peers/ (PureJaxRL's dependencies),
 # .whl/fw/ (fusedrl's own wheel) and .whl/purejaxrl-src/. Every step runs under `timeout`, within
@@ -17,16 +19,24 @@
 set -uo pipefail
 
 SMOKE=""
-[ "${1:-}" = "--smoke" ] && SMOKE="--smoke"
+PRESETS=""
+for arg in "$@"; do
+  case $arg in
+    --smoke) SMOKE="--smoke" ;;
+    --presets) PRESETS=1 ;;
+    *) echo "usage: bash .ci/gpu-session.sh [--smoke] [--presets]" >&2; exit 2 ;;
+  esac
+done
 ROOT=$PWD
 PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/gpu-session-out}
 WORK=${GPU_SESSION_TMP:-/tmp/gpu-session}
 BUDGET=${GPU_SESSION_BUDGET:-520}
+[ -n "$PRESETS" ] && BUDGET=${GPU_PRESETS_BUDGET:-240}
 SCALE=${GPU_SESSION_SCALE:-1}  # multiplies every step's limits: a dry run on a slow CPU
 START=$(date +%s)
 mkdir -p "$OUT"
-rm -f "$OUT"/{setup,tests,profile,bench,capacity,xla}.log "$OUT"/final.txt
+rm -f "$OUT"/{setup,tests,profile,bench,capacity,xla,presets}.log "$OUT"/final.txt
 rm -rf "$WORK" && mkdir -p "$WORK"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
@@ -84,6 +94,50 @@ BENCH=("$PY" -m fusedrl.bench gpu $SMOKE --purejaxrl-src "$S" --peer-path "$WORK
 step install 60 5 setup.log bash -c "$INSTALL"
 grep -q "^install .*rc=0 " "$SUMMARY" || { echo "install failed: see $OUT/setup.log"; exit 1; }
 
+# ---- bf16 on the presets (--presets): learning at float32 and at bfloat16, then exit ----
+# Each preset trained with 4 vmapped seeds at float32 and at bfloat16 from the same keys and evaluated
+# on 64 greedy episodes per seed (`python -m fusedrl.bench presets --dtypes float32,bfloat16`): first
+# the CPU half's rows at its budgets (docs/gpu.md, "bf16": SpaceInvaders-MinAtar capped at 200,000
+# steps), then what a CPU could not afford (both MinAtar presets at their full budgets, the other
+# classic presets). Compiling takes most of the time and runs on the host's cores, so three processes
+# run at once (device memory allocated as needed); each prints a row as it ends, prefixed with its
+# stream's name, and a line comparing the dtypes after each env. Only presets whose envs travel as
+# wheels (ours, gymnax's).
+if [ -n "$PRESETS" ]; then
+  cd "$WORK" || exit 1
+  if [ -n "$SMOKE" ]; then  # one env per stream, tiny budgets: a dry run of every command
+    export P_CAP=4096 P_MINATAR_CPU=8192 P_MINATAR=8192 P_EPISODES=4  # one update: REINFORCE 8 x 500, MinAtar 64 x 128 steps
+    export P_CLASSIC="--env CartPole-v1" P_FULL_MINATAR="--env gymnax:Breakout-MinAtar"
+    export P_A2C="--env CartPole-v1" P_REINFORCE="--env CartPole-v1"
+  else
+    export P_CAP=1000000000 P_MINATAR_CPU=200000 P_MINATAR=1000000000 P_EPISODES=64  # 1e9: no cap
+    export P_CLASSIC="--env CartPole-v1 --env Acrobot-v1 --env MountainCarContinuous-v0 --env Pendulum-v1 --env MountainCar-v0"
+    export P_FULL_MINATAR="--env gymnax:Breakout-MinAtar --env gymnax:SpaceInvaders-MinAtar"
+    export P_A2C="--env CartPole-v1 --env Acrobot-v1" P_REINFORCE="--env CartPole-v1 --env Acrobot-v1"
+  fi
+  # shellcheck disable=SC2016,SC2086  # expanded by the inner bash; the env lists split into words
+  step presets 230 60 presets.log env XLA_PYTHON_CLIENT_PREALLOCATE=false bash -c '
+    p() { local tag=$1; shift
+          "$PY" -m fusedrl.bench presets --seeds 4 --episodes "$P_EPISODES" --dtypes float32,bfloat16 \
+            --greedy-only --json "$@" 2>&1 | sed -u "s/^/[$tag] /"; }
+    p classic $P_CLASSIC --max-timesteps "$P_CAP" &
+    { p minatar --env gymnax:SpaceInvaders-MinAtar --max-timesteps "$P_MINATAR_CPU"
+      p minatar $P_FULL_MINATAR --max-timesteps "$P_MINATAR"; } &
+    { p a2c --algo a2c $P_A2C --max-timesteps "$P_CAP"
+      p reinforce --algo reinforce $P_REINFORCE --max-timesteps "$P_CAP"
+      p gru --env gymnax:MemoryChain-bsuite --max-timesteps "$P_CAP"; } &
+    wait'
+  {
+    echo
+    echo "== summary ($(elapsed)s of the ${BUDGET}s budget; logs in $OUT)"
+    cat "$SUMMARY"
+    echo
+    grep -v -E '^\[[a-z0-9]+\] (\{|env  |ppo:|a2c:|reinforce:)' "$OUT/presets.log" | grep -E '^\[[a-z0-9]+\] '
+  } | tee "$OUT/final.txt"
+  exit 0
+fi
+# ---- end of the bf16 presets block ----
+
 # The tests of the program an accelerator runs (they run from the checkout, fusedrl from the wheel).
 step tests 100 60 tests.log env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PY" -m pytest -p no:cacheprovider \
   -o addopts="--import-mode=importlib" -q -x "$ROOT/tests/test_accelerator_path.py"
@@ -124,7 +178,7 @@ step cost 90 40 profile.log "$PY" -m fusedrl.bench.cost --rows "$COST_ROWS" --ag
   grep -h -E "^(breakout|cartpole|capacity)[^ ]* +(fusedrl|purejaxrl) " "$OUT/bench.log" "$OUT/capacity.log" \
     "$OUT/xla.log" 2>/dev/null
   echo
-  grep -h -E ": fusedrl/PureJaxRL|bfloat16/float32|device time per phase|GROWS|^capacity-[^ ]+, " \
+  grep -h -E ": fusedrl/PureJaxRL|bfloat16/float32|device time per phase|of 'other'|GROWS|^capacity-[^ ]+, " \
     "$OUT/profile.log" "$OUT/bench.log" "$OUT/capacity.log" 2>/dev/null
   grep -h -E "^# jax .*compute_dtype|^(cartpole|breakout) +[0-9]+ +[0-9]+ +flops" "$OUT/profile.log" 2>/dev/null
 } | tee "$OUT/final.txt"

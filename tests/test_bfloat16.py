@@ -73,3 +73,60 @@ def test_bfloat16_trains_and_matches_float32_on_the_first_update(combo):
     assert _float_dtypes(result.state.params) == _float_dtypes(result.state.opt_state) == float32
     text = jax.jit(t16).lower(key).as_text()
     assert "bf16" in text and "bf16" not in jax.jit(t32).lower(key).as_text()
+
+
+def test_presets_bench_compares_dtypes_from_the_same_keys(capsys, monkeypatch):
+    """`python -m fusedrl.bench presets --dtypes float32,bfloat16`: one row per dtype, trained and
+    evaluated from the same keys, greedily only, at the capped budget, and a comparison whose IQMs
+    and z match a float64 NumPy reference computed from the returns `fusedrl.evaluate` gave."""
+    import json
+
+    import fusedrl
+    from fusedrl.bench import presets as bench_presets
+
+    def iqm64(per_seed):  # the mean of the middle half of 4 seeds' means
+        return np.sort(np.asarray(per_seed, np.float64))[1:3].mean()
+
+    # Welch's z of two sides of known per-seed means, against its float64 formula.
+    a, b = np.array([1.0, 2.0, 4.0, 9.0]), np.array([3.0, 5.0, 6.0, 10.0])
+    def side(m, dtype):  # a row of per-seed means m
+        return {"env": "e", "algo": "ppo", "env_steps": 1, "compute_dtype": dtype, "seeds": 4,
+                "mean": m.mean(), "std": m.std(), "iqm": iqm64(m), "train_s": 1.0}
+
+    c = bench_presets.compare_dtypes(side(a, "float32"), side(b, "bfloat16"))
+    np.testing.assert_allclose(c["z"], (b.mean() - a.mean()) / np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 4))
+    assert (c["mean_diff"], c["iqm_diff"], c["dtypes"]) == (2.0, 2.5, ["float32", "bfloat16"])
+
+    seen = []  # (compute_dtype, greedy, key data, returns [seeds, episodes]) per evaluate call
+    evaluate = fusedrl.evaluate
+
+    def recording(config, result, key, num_episodes=64, *, greedy=True):
+        out = evaluate(config, result, key, num_episodes, greedy=greedy)
+        seen.append((config.compute_dtype, greedy, np.asarray(jax.random.key_data(key)), np.asarray(out)))
+        return out
+
+    monkeypatch.setattr(fusedrl, "evaluate", recording)
+    argv = ["--env", "CartPole-v1", "--seeds", "4", "--episodes", "3", "--set", "num_steps=16",
+            "--max-timesteps", "512", "--dtypes", "float32,bfloat16", "--greedy-only", "--json"]
+    assert bench_presets.main(argv) == 0
+    out = capsys.readouterr().out
+    docs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    rows, (comparison,) = docs[:2], [d["comparison"] for d in docs[2:]]
+
+    assert [r["compute_dtype"] for r in rows] == ["float32", "bfloat16"]
+    assert [r["env_steps"] for r in rows] == [512, 512]  # the preset's 500,000 capped
+    assert [(dtype, greedy) for dtype, greedy, _, _ in seen] == [("float32", True), ("bfloat16", True)]
+    np.testing.assert_array_equal(seen[0][2], seen[1][2])  # evaluated from the same key
+
+    means = [returns.astype(np.float64).mean(axis=1) for _, _, _, returns in seen]
+    for row, m in zip(rows, means, strict=True):
+        np.testing.assert_allclose(row["iqm"], iqm64(m), rtol=1e-6)
+        np.testing.assert_allclose(row["mean"], m.mean(), rtol=1e-6)
+    np.testing.assert_allclose(comparison["iqm_diff"], iqm64(means[1]) - iqm64(means[0]), atol=1e-6)
+    if means[0].mean() != means[1].mean():  # z is 0 either way when the two sides score alike
+        se = np.sqrt((means[0].var(ddof=1) + means[1].var(ddof=1)) / 4)
+        np.testing.assert_allclose(comparison["z"], (means[1].mean() - means[0].mean()) / se, rtol=1e-5)
+    assert "bfloat16 - float32: mean" in out and "CartPole-v1, bfloat16" in out
+
+    with pytest.raises(SystemExit):
+        bench_presets.main(["--env", "CartPole-v1", "--dtypes", "float32"])  # one dtype: nothing to compare
