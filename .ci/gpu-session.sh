@@ -117,16 +117,20 @@ if [ -n "$PRESETS" ]; then
   fi
   # shellcheck disable=SC2016,SC2086  # expanded by the inner bash; the env lists split into words
   step presets 230 60 presets.log env XLA_PYTHON_CLIENT_PREALLOCATE=false bash -c '
+    failed=$(mktemp)
     p() { local tag=$1; shift
           "$PY" -m fusedrl.bench presets --seeds 4 --episodes "$P_EPISODES" --dtypes float32,bfloat16 \
-            --greedy-only --json "$@" 2>&1 | sed -u "s/^/[$tag] /"; }
+            --greedy-only --json "$@" 2>&1 | sed -u "s/^/[$tag] /"
+          local rc=${PIPESTATUS[0]}  # a stream that fails makes the step fail (its rc in the summary)
+          [ "$rc" = 0 ] || { echo "[$tag] FAILED rc=$rc"; echo "$tag" >> "$failed"; }; }
     p classic $P_CLASSIC --max-timesteps "$P_CAP" &
     { p minatar --env gymnax:SpaceInvaders-MinAtar --max-timesteps "$P_MINATAR_CPU"
       p minatar $P_FULL_MINATAR --max-timesteps "$P_MINATAR"; } &
     { p a2c --algo a2c $P_A2C --max-timesteps "$P_CAP"
       p reinforce --algo reinforce $P_REINFORCE --max-timesteps "$P_CAP"
       p gru --env gymnax:MemoryChain-bsuite --max-timesteps "$P_CAP"; } &
-    wait'
+    wait
+    [ ! -s "$failed" ]'
   {
     echo
     echo "== summary ($(elapsed)s of the ${BUDGET}s budget; logs in $OUT)"
