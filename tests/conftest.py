@@ -19,14 +19,14 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # Two compile-time settings for the test processes and the processes they start (which inherit the
 # environment; the multi-device tests add their flags to it). Most of the suite's time is compiling
 # some 300 distinct small programs.
-# - LLVM at O1 instead of XLA's default O3: 15-28% faster compiles, while its code ran as fast here
-#   (the learning test's 4-seed CartPole preset: 10.4 s against 10.7 s; docs/testing.md).
+# - LLVM at O1 instead of XLA's default O3: faster compiles, and the tests' short runs do not feel
+#   its slower code.
 # - XLA:CPU's older kernel emitters (`--xla_cpu_use_fusion_emitters=false`) instead of its fusion
-#   emitters: the suite's usual small program compiled in 2.0-2.3 s against 3.4-3.7 s at O1, and the
-#   suite took 560 s of tests against 773 s (one run after the other). Their kernels run slower
-#   (0.56x at one agent x 4 envs x 128 steps), which the tests, nearly all compile, hardly feel.
-#   Added only when the installed jaxlib knows the flag (an unknown flag in XLA_FLAGS aborts the
-#   process): jaxlib 0.10.2 does, 0.11.2 does not (its CPU backend has only the fusion emitters).
+#   emitters: faster compiles again; their kernels run slower, which the tests, nearly all compile,
+#   hardly feel. Added only when the installed jaxlib knows the flag (an unknown flag in XLA_FLAGS
+#   aborts the process): jaxlib 0.10.2 does, 0.11.2 does not (its CPU backend has only the fusion
+#   emitters).
+# What each saves, with its command, machine and date: docs/testing.md.
 # Kernels compiled either way round differently, as another processor's do: no test depends on one
 # processor's rounding, and every check is made within one set of flags. A test of a property of the
 # programs users compile takes `user_compiler_options`. FUSEDRL_TESTS_XLA_DEFAULT=1 runs the suite at

@@ -29,6 +29,7 @@ def _table_and_rows(out: str) -> tuple[list[list[str]], list[dict]]:
     return table, rows
 
 
+@pytest.mark.slow
 def test_envs_bench_prints_table_and_json_rows(capsys):
     assert bench_envs.main(TINY) == 0  # no --env: CartPole-v1, ours against gymnax's of that name
     out = capsys.readouterr().out
@@ -51,6 +52,7 @@ def test_envs_bench_prints_table_and_json_rows(capsys):
         assert row["ratio"] == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_envs_bench_steps_a_gymnax_id_and_an_env_without_baseline_in_one_table(capsys):
     argv = ["--env", "gymnax:Catch-bsuite", "--env", "probe:ActionReward-v0", "--num-envs", "3",
             "--steps", "4", "--repeats", "1", "--min-time", "0"]
@@ -319,6 +321,7 @@ def test_sweep_bench_runs_and_reports_rows(capsys):
         bench_sweep.main(["--streams", "0"])
 
 
+@pytest.mark.slow
 def test_presets_bench_runs_one_tiny_row(capsys, monkeypatch):
     import fusedrl
     from fusedrl.bench import presets as bench_presets
@@ -343,6 +346,7 @@ def test_presets_bench_runs_one_tiny_row(capsys, monkeypatch):
     assert f"sampled {row['sampled_mean']:.1f} ± {row['sampled_std']:.1f}" in out
 
 
+@pytest.mark.slow
 def test_runs_bench_compares_streams_with_the_single_vmap(capsys):
     from fusedrl.bench import runs as bench_runs
     from fusedrl.runs import num_streams
@@ -358,6 +362,7 @@ def test_runs_bench_compares_streams_with_the_single_vmap(capsys):
         bench_runs.main(["--set", "total_timesteps=lots"])
 
 
+@pytest.mark.slow
 def test_ppo_bench_measures_our_run():
     from fusedrl.bench.ppo import run_ours
 
@@ -367,6 +372,7 @@ def test_ppo_bench_measures_our_run():
     assert row["sps"] * row["train_s"] == pytest.approx(2 * 4 * 16 * 2)  # both seeds' steps
 
 
+@pytest.mark.slow
 def test_ppo_bench_measures_our_recurrent_run_at_purejaxrls_rnn_architecture():
     from fusedrl.bench.ppo import _config, run_ours
 
@@ -580,6 +586,7 @@ def test_kernels_bench_sums_kernels_not_the_loops_around_them():
     assert "more rows" not in format_report(1e-3, per_kernel, top=3)  # 3 rows: all listed
 
 
+@pytest.mark.slow
 def test_kernels_bench_profiles_a_tiny_run(capsys):
     import re
 
@@ -708,6 +715,7 @@ def test_pendulum_optimum_discounted_solves_its_bellman_equation_and_earns_its_d
     assert float(np.mean(myopic)) < -800 < -250 < float(np.mean(returns)) < -145
 
 
+@pytest.mark.slow
 def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_from_the_same_starts():
     import jax
     import numpy as np
@@ -783,6 +791,7 @@ def test_pendulum_compare_preset_scores_the_rows_policies_and_the_controller_fro
     assert cmp["dp"] > -200 > cmp["policy"]
 
 
+@pytest.mark.slow
 def test_pendulum_optimum_cli_prints_its_rows_and_rejects_bad_arguments(capsys):
     import re
 

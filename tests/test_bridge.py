@@ -401,6 +401,7 @@ def test_train_command_trains_a_gymnasium_env_through_the_bridge(run_cli, tmp_pa
     ["--set", "recurrent=gru", "--set", "recurrent_size=8", "--set", "update_epochs=1",
      "--set", "num_minibatches=1"],
 ])
+@pytest.mark.slow
 def test_train_command_runs_a2c_and_recurrent_ppo_through_the_bridge(run_cli, argv, tmp_path):
     # The run folder, its evaluation and its saved policy (a recurrent one carries its state).
     import json
@@ -604,6 +605,7 @@ LEARN = dict(env_id=CARTPOLE, num_envs=8, num_steps=32, total_timesteps=100_000,
 LEARN_THRESHOLD = 450.0
 
 
+@pytest.mark.slow
 def test_bridge_learns_cartpole():
     config = PPOConfig(**LEARN)
     result = make_train(config)(jax.random.key(0))

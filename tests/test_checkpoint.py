@@ -43,6 +43,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_resume_in_a_new_process_is_bit_identical(runs, tmp_path):
     config, full, half, path = runs
     out = tmp_path / "resumed.npz"

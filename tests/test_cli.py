@@ -78,6 +78,7 @@ def test_callback_rows_are_per_seed_and_in_order(trained):
     assert recorder.calls[-1][1][0]["policy_loss"] != recorder.calls[-1][1][1]["policy_loss"]
 
 
+@pytest.mark.slow
 def test_seeds_vmapped_in_one_share_are_told_apart(trained, monkeypatch, tmp_path):
     # On 2 cores the fixture's 2 seeds run one per share (each the share's vmap index 0); here both
     # run in one vmap, so each row's seed comes from the vmapped axis index.
@@ -266,6 +267,7 @@ def test_a_saved_run_is_evaluated_by_the_program_that_evaluated_its_fresh_result
     np.testing.assert_array_equal(again["per_seed"], fresh.mean(axis=1))
 
 
+@pytest.mark.slow
 def test_evaluate_sampled_takes_the_policys_samples(run_cli, trained):
     # `--sampled`: the returns fusedrl.evaluate(..., greedy=False) gives with the same key.
     import fusedrl
@@ -345,6 +347,7 @@ def test_load_checks_the_checkpoint_against_the_run_folders_config(trained, tmp_
         policy.load(edited)
 
 
+@pytest.mark.slow
 def test_loaded_policy_normalises_observations_as_training_did(tmp_path):
     # Pendulum with normalize_obs: greedy = the network's mode on observations normalised with the
     # run's frozen statistics (the wrapper's epsilon and clip), clipped to the run's action space.
@@ -560,6 +563,7 @@ def test_stop_guard_is_on_when_the_only_callback_is_the_last_update():
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow
 def test_shares_of_several_seeds_number_their_seeds_from_the_shares_first(monkeypatch):
     # 4 seeds on 2 host threads: 2 seeds per share; the logger sees seeds 0..3 at every update.
     monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 2)
@@ -639,6 +643,7 @@ def test_sweep_takes_algo_as_train_does(run_cli, algo):
         assert code == 2 and "clip_eps" in err and f"{name} has no clipping" in err, (command, err)
 
 
+@pytest.mark.slow
 def test_sweep_cli_runs_another_algorithm_and_refuses_its_missing_axes(run_cli, tmp_path):
     tiny = ["--env", "CartPole-v1", "--set", "num_envs=2", "--set", "num_steps=8", "--total-timesteps", "32",
             "--set", "hidden_sizes=8", "--progress-every", "0", "--no-plots"]
@@ -1334,6 +1339,7 @@ def test_default_sweep_folder_is_apart_from_train_runs(tmp_path):
     assert sweep_cli.default_out("CartPole-v1", tmp_path) == tmp_path / "sweep-CartPole-v1-2"
 
 
+@pytest.mark.slow
 def test_import_option_brings_in_the_module_that_registers_a_custom_env(run_cli, tmp_path, monkeypatch):
     # A registered env was out of the CLI's reach: its module is not imported by `fusedrl`.
     from fusedrl.envs import registry
@@ -1408,6 +1414,7 @@ def test_import_option_brings_in_the_module_that_registers_a_custom_env(run_cli,
         sys.modules.pop("fusedrl_cli_test_envs", None)
 
 
+@pytest.mark.slow
 def test_a_run_that_diverges_or_never_ends_an_episode_says_so(run_cli, tmp_path, monkeypatch):
     # Before: the run's evaluation never returned when no episode ended; and a run whose parameters
     # were NaN reported plausible greedy returns (argmax of NaN logits is action 0).

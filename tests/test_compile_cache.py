@@ -95,6 +95,7 @@ def test_describe_says_where_the_programs_came_from():
     assert none == "3 XLA programs compiled and saved (an identical run loads them)"
 
 
+@pytest.mark.slow
 def test_training_with_progress_compiles_no_host_callback():
     """JAX never caches a program with a host callback: the programs of a run with progress on have
     none, and the progress rows still arrive, one per update and seed, with the result's values."""

@@ -98,6 +98,7 @@ def _config(env_id="CartPole-v1", **kw):
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.slow
 def test_own_network_trains_vmaps_and_evaluates(nets, env_id):
     config = _config(env_id)
     train = fusedrl.make_train(config)
@@ -112,6 +113,7 @@ def test_own_network_trains_vmaps_and_evaluates(nets, env_id):
     assert returns.shape == (4,) and np.isfinite(returns).all()
 
 
+@pytest.mark.slow
 def test_own_network_gets_the_envs_observation_shape(nets):
     config = _config("gymnax:Breakout-MinAtar", network="my_nets:image")
     result = jax.jit(fusedrl.make_train(config))(jax.random.key(0))

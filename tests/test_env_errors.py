@@ -235,7 +235,7 @@ def test_params_of_another_env_are_rejected(env_id, entry):
 
 def test_vecenv_needs_a_positive_number_of_envs():
     env, _ = fusedrl.make("CartPole-v1")
-    for bad in (0, -1, 2.7, "4", True):  # 2.7 used to become 2 envs
+    for bad in (0, -1, 2.7, "4", True):  # 2.7 must not become 2 envs
         with pytest.raises(ValueError, match="num_envs must be a positive integer"):
             VecEnv(env, bad)
     assert VecEnv(env, np.int64(3)).num_envs == 3
@@ -549,9 +549,9 @@ def test_a_registered_env_that_overrides_step_instead_of_step_env_names_the_meth
 
 
 def test_a_registered_env_without_spaces_or_a_time_limit_field_names_what_is_missing(private_registry):
-    # Before: NotImplementedError or numpy's "entry not a 2- or 3- tuple" when the trainer was made,
-    # and gymnax's AttributeError at the first step; a dict of params trained but could not be
-    # overridden ("valid params are []").
+    # Unchecked, these fail late and say nothing of the env: NotImplementedError or numpy's "entry not
+    # a 2- or 3- tuple" when the trainer is made, gymnax's AttributeError at the first step; a dict of
+    # params trains but cannot be overridden ("valid params are []").
     from flax import struct
 
     from fusedrl.envs.cartpole import CartPole
@@ -625,7 +625,7 @@ def test_params_that_inherit_gymnax_one_step_time_limit_warn(private_registry):
 
 
 def test_a_dict_observation_space_takes_the_dict_path(private_registry):
-    # Once refused here (the MLP took one array); now each entry is encoded (tests/test_spaces.py).
+    # Not refused: each entry is encoded (tests/test_spaces.py).
     from gymnax.environments import spaces
 
     from fusedrl.envs.cartpole import CartPole

@@ -82,6 +82,7 @@ def test_the_pages_excerpts_are_the_example_file():
             assert not shown or shown in source, f"docs/environments.md shows {shown!r}, not in my_env.py"
 
 
+@pytest.mark.slow
 def test_the_pages_python_example_trains_the_env(my_env):
     """The page's "Train it" block, as written (with the example's module for `my_env`): PPO learns the
     env, `make` changes its params, and `sweep` sweeps one."""

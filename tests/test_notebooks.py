@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
-
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
@@ -22,6 +20,8 @@ WARNING_LINE = re.compile(r"\b\w*Warning: ")  # how `warnings` prints one: "file
 CELL_TIMEOUT = int(os.environ.get("FUSEDRL_NOTEBOOK_CELL_TIMEOUT", "400"))
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, monkeypatch):

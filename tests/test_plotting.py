@@ -230,3 +230,14 @@ def test_legend_sits_outside_the_axes():
     assert legend.x0 >= ax.get_window_extent(renderer).x1  # right of the axes: it covers no curve
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels[:3] == ["seed 0", "seed 1", "seed 2"] and labels[-1] == "IQM of 3 seeds", labels
+
+
+def test_the_interval_is_drawn_above_the_seed_lines():
+    """16 seed lines under the band would hide it (a filled area's default zorder is below a line's)."""
+    fig = curve_figure(_metrics(4, 40))
+    ax = fig.axes[0]
+    band = next(c for c in ax.collections if "interval" in c.get_label())
+    seeds = [line for line in ax.get_lines() if line.get_label().startswith("seed")]
+    iqm_line = next(line for line in ax.get_lines() if line.get_label().startswith("IQM"))
+    assert seeds and all(band.get_zorder() > line.get_zorder() for line in seeds)
+    assert iqm_line.get_zorder() > band.get_zorder()

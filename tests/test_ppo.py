@@ -239,6 +239,7 @@ def seeds8(small):
     return keys, out, out2
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_traces_once(small, seeds8):
     config, _, jitted, _ = small
     keys, out, out2 = seeds8
@@ -251,6 +252,7 @@ def test_vmap_over_seeds_traces_once(small, seeds8):
                                rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_traced_hyperparameters_do_not_retrace(small):
     config, train, _, _ = small
     traced = chex.assert_max_traces(train.__call__, n=1)
@@ -365,6 +367,7 @@ def test_memory_does_not_grow_with_total_timesteps():
     assert m2 / m1 == n2 / n1  # metrics are per-update scalars only
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_run(small):
     config, train, jitted, result = small
     hp = config.hparams()
@@ -375,6 +378,7 @@ def test_resume_continues_the_same_run(small):
     np.testing.assert_allclose(joined, result.metrics["policy_loss"], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_callback_every_k_updates():
     seen = []
     config = PPOConfig(**SMALL)
@@ -413,6 +417,7 @@ def _assert_same_metrics(a, b):
         np.testing.assert_allclose(x, b.metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_rollout_predraws_resets_and_falls_back_to_the_pool(small):
     """Rollouts take every reset from `VecEnv.predraw` (the per-env pool is never used); when the
     predraw would exceed `Tuning.predraw_max_bytes` they use the pool instead, and still train."""
@@ -474,6 +479,7 @@ def _tiny_run(env_id):
     return c, jax.jit(make_train(c))(jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_target_kl_stops_an_update_early():
     # One update on the whole batch per epoch, lr 1e-2: after the first step the policy has moved far
     # more than 1.5 * 1e-7 from the rollout's, so with target_kl=1e-7 the second epoch's step is
@@ -501,6 +507,7 @@ def test_target_kl_stops_an_update_early():
     assert float(one_epoch.metrics["approx_kl"][0]) < 1e-9
 
 
+@pytest.mark.slow
 def test_target_kl_stops_only_beyond_one_and_a_half_times_the_target():
     # SB3's rule: an update stops once approx_kl > 1.5 * target_kl. Two full-batch epochs: the
     # second evaluation's KL (the first is 0) decides whether the second step is taken.
@@ -591,6 +598,7 @@ def test_data_parallel_advantage_normalisation_pools_unequal_shards():
         np.testing.assert_allclose(b[1], a, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_data_parallel_shards_share_normalizer_statistics():
     # Shards of one agent see different observations and rewards; the normalisers pool them, so the
     # shared network sees every shard's inputs scaled alike, and evaluate takes the agent's result.
@@ -619,6 +627,7 @@ def test_data_parallel_shards_share_normalizer_statistics():
     assert returns.shape == (2, 2) and np.all(np.isfinite(returns))
 
 
+@pytest.mark.slow
 def test_target_kl_never_reached_changes_nothing_and_the_schedule_follows_updates(
     small, user_compiler_options
 ):
@@ -710,6 +719,7 @@ def test_explained_variance_metric_is_of_the_values_against_the_targets(small):
     np.testing.assert_allclose(ev, 1 - np.var(target - value) / np.var(target), rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_episode_return_is_the_raw_return_under_reward_normalisation():
     # The trainer reports the env's own returns, not sums of normalised rewards (EpisodeStatistics
     # sits below NormalizeReward): CartPole pays 1 per step, so each return is its length.
@@ -726,6 +736,7 @@ def _opt_states(tree, cls):
     return [x for x in jax.tree.leaves(tree, is_leaf=is_leaf) if is_leaf(x)]
 
 
+@pytest.mark.slow
 def test_log_std_init_sets_the_gaussian_policy_initial_std():
     # The entropy of a 1-D Gaussian is log_std + 0.5 * (1 + log(2 pi)); after one small update (lr
     # 2.5e-4, gradient norm clipped at 0.5) the log-std has barely moved from where init put it.
@@ -793,6 +804,7 @@ def test_the_rollout_stores_the_value_of_the_observation_acted_on(net_module):
 
 
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "gymnax:Breakout-MinAtar"])
+@pytest.mark.slow
 def test_other_action_and_observation_spaces_train(env_id):
     c, r = _tiny_run(env_id)
     for name, x in r.metrics.items():
@@ -1031,6 +1043,7 @@ def test_evaluate_arguments_of_the_wrong_kind_are_refused(small, kwargs, exc, wo
     assert fusedrl.evaluate(config, result, jax.random.key(1), np.int64(2)).shape == (2,)
 
 
+@pytest.mark.slow
 def test_evaluate_is_greedy_and_each_seed_gets_its_own_key(small):
     """`evaluate` (greedy) returns what the policy's mode earns, stepped alone from the start states
     `evaluate` draws; a vmapped result evaluates every seed with its own key (8 copies of one agent
@@ -1071,6 +1084,7 @@ def test_evaluate_normalises_observations_with_the_runs_frozen_statistics():
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_evaluation_stack_never_normalises_rewards():
     # `evaluate`, `eval_reset` and saved policies build the evaluation stack: frozen observation
     # statistics and no reward normaliser. Without normalize_obs (no statistics to pass) it was the
@@ -1093,6 +1107,7 @@ def test_evaluation_stack_never_normalises_rewards():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_trains_in_float32_with_jax_enable_x64():
     # Under jax_enable_x64 (a process-wide flag, hence a subprocess) Python-float hyperparameters
     # and JAX's default dtypes become float64; training stays float32 and runs (GAE's scan failed
@@ -1122,6 +1137,7 @@ def test_trains_in_float32_with_jax_enable_x64():
 
 
 @pytest.mark.parametrize("num_envs", [4, 512])
+@pytest.mark.slow
 def test_no_prng_key_is_used_twice_across_updates(monkeypatch, num_envs):
     """The keys of every update's rollout and of every epoch's shuffle are all different: a key
     carried to the next update that had already drawn a permutation would correlate the next

@@ -96,12 +96,14 @@ RECURRENT = dict(recurrent="gru", recurrent_size=16)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("env_id", PROBE_IDS)
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
+@pytest.mark.slow
 def test_each_algorithm_learns_each_probe(algo, env_id):
     config_cls, overrides = ALGORITHMS[algo]
     assert_learns_probe(config_cls, env_id, **overrides)
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_recurrent_ppo_learns_credit_assignment_over_time():
     # The GRU's carry runs through the rollout and is reset at each episode's start; the two-step
     # probe's first action is rewarded only at the second step.
@@ -109,6 +111,7 @@ def test_recurrent_ppo_learns_credit_assignment_over_time():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_the_probes_fail_a_learner_that_does_not_learn():
     # The thresholds are real: with a learning rate of 1e-9 the same program learns nothing. (The
     # thresholds are the algorithms' common ones: PPO's programs show it for all.)
@@ -119,6 +122,7 @@ def test_the_probes_fail_a_learner_that_does_not_learn():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_the_two_step_probe_fails_a_recurrent_learner_that_does_not_learn():
     hparams = probe_config(fusedrl.PPOConfig, "probe:TwoStep-v0", **RECURRENT).hparams().replace(lr=1e-9)
     with pytest.raises(AssertionError, match="probe:TwoStep-v0"):
@@ -127,6 +131,7 @@ def test_the_two_step_probe_fails_a_recurrent_learner_that_does_not_learn():
 
 @pytest.mark.parametrize("env_id", ["probe:ConstantReward-v0", "probe:ActionReward-v0"])
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
+@pytest.mark.slow
 def test_mixed_precision_learns_the_probes_with_float32_parameters(algo, env_id):
     # compute_dtype="bfloat16", for every algorithm (they share the built-in MLP): the layers compute
     # in bfloat16, and the critic's value and the policy's answer are still learned; parameters and

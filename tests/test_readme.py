@@ -9,6 +9,7 @@ import re
 
 import chex
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -23,6 +24,7 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
 
 
+@pytest.mark.slow
 def test_readme_python_examples_run_in_order():
     blocks = python_blocks(README)
     assert len(blocks) == 3, "the README's three Python examples (train, vmap, sweep) were not found"

@@ -63,6 +63,7 @@ def test_an_interrupted_recurrent_run_resumes_bit_for_bit(monkeypatch, tmp_path)
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_recurrent_sweep_equals_its_runs_alone():
     config = PPOConfig(**{**TINY, "total_timesteps": 4 * 8 * 3})
     lrs = [1e-3, 1e-2]

@@ -204,6 +204,7 @@ def test_same_key_bit_identical_and_no_host_transfers(small):
     assert "callback" not in jitted.lower(key).as_text()
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_traces_once(small):
     config, train, jitted, _ = small
     # The counter is keyed by the method's hash, which a trainer of another test file, collected,

@@ -88,6 +88,7 @@ def test_checkpoint_segments():
 
 
 @pytest.mark.parametrize("num_seeds", [1, 2])
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_path, num_seeds):
     full = uninterrupted[num_seeds]
     run_dir = tmp_path / "run"
@@ -120,6 +121,7 @@ def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_the_cli_resumes_in_a_new_process(run_cli, uninterrupted, monkeypatch, tmp_path):
     """Interrupted through the CLI, which says how to resume; resumed by `fusedrl train --resume` in
     another process (which compiles the programs anew): the same agents, bit for bit."""
@@ -328,6 +330,7 @@ def test_resume_refuses_a_config_whose_seed_differs_from_the_checkpoint(uninterr
 
 
 @pytest.mark.parametrize("num_seeds,every,stop", [(2, 4, 10), (1, 1, 5)])
+@pytest.mark.slow
 def test_normalised_runs_resume_bit_for_bit(monkeypatch, tmp_path, num_seeds, every, stop):
     """Pendulum (observation and reward normalisation), 11 updates: checkpoints every 4 (not a
     divisor) with 2 seeds, or after every update with 1 seed."""
@@ -396,6 +399,7 @@ def test_evaluating_an_unfinished_run_says_so(run_cli, monkeypatch, tmp_path):
     assert "(the run has not finished: its checkpoint holds update 6 of 10)" in out
 
 
+@pytest.mark.slow
 def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(run_cli, monkeypatch, tmp_path):
     # W&B started new runs on every resume; now the seeds' runs go on (wandb.init(id=, resume="allow")).
     # A stand-in for wandb: what wandb.init was asked for, and run ids as W&B gives them.

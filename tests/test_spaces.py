@@ -316,6 +316,7 @@ def trap_run(trap_program):
     return config, train(jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_dict_observations_keep_one_program_no_transfers_and_bit_identical_runs(trap_program, trap_run):
     config, train = trap_program
     key = jax.device_put(jax.random.key(0))
@@ -373,6 +374,7 @@ def test_namedtuple_observations_train():
     assert np.asarray(result.metrics["episode_return"]).max() <= EPISODE
 
 
+@pytest.mark.slow
 def test_multidiscrete_with_mask_learns_and_round_trips(tmp_path):
     config = fusedrl.PPOConfig(env_id="test:MultiTrap-v0", **{**TRAP, "normalize_obs": False})
     result = jax.jit(fusedrl.make_train(config))(jax.random.key(0))
@@ -401,6 +403,7 @@ def test_cnn_learns_from_uint8_pixels():
     assert greedy.mean() == 1.0, greedy
 
 
+@pytest.mark.slow
 def test_recurrent_policy_on_dict_observations_respects_the_mask():
     config = fusedrl.PPOConfig(env_id="test:MaskTrap-v0", recurrent="gru", recurrent_size=16,
                                **{**TRAP, "total_timesteps": 8 * 32 * 3})

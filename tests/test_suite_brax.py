@@ -43,6 +43,7 @@ def test_ids_backends_and_unknown_names():
         fusedrl.make("brax:inverted_pendulm")
 
 
+@pytest.mark.slow
 def test_termination_is_brax_done_and_the_ending_action_is_applied():
     # Pushing the cart one way tips inverted_pendulum's pole past 0.2 rad: Brax's done.
     env, params = fusedrl.make(PENDULUM)
@@ -65,6 +66,7 @@ def test_termination_is_brax_done_and_the_ending_action_is_applied():
     assert terminated and abs(float(obs[1])) > 0.2 and int(state.time) == t
 
 
+@pytest.mark.slow
 def test_truncation_matches_brax_episode_wrapper_and_restarts_are_fresh():
     from brax.envs.wrappers import training
 
@@ -104,6 +106,7 @@ def test_native_stepper_steps_brax_with_its_own_auto_reset():
     assert reward.shape == (3,) and np.isfinite(np.asarray(reward)).all()
 
 
+@pytest.mark.slow
 def test_ppo_smoke_on_a_real_brax_env():
     config = fusedrl.PPOConfig(env_id=PENDULUM, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
                                update_epochs=1, num_minibatches=2, hidden_sizes=(16,), normalize_obs=True)

@@ -50,6 +50,7 @@ def test_spaces_match_what_craftax_returns(name):
     assert "Achievements/collect_wood" in info and ("score" in info) == ("Classic" in name)
 
 
+@pytest.mark.slow
 def test_conformance():
     counts = check_env(CLASSIC, num_envs=2, max_steps=4, num_steps=9)
     assert counts["truncations"] > 0

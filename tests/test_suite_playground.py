@@ -51,6 +51,7 @@ def test_ids_and_errors(cartpole):
             fusedrl.make("playground:Go1JoystickFlatTerrain")
 
 
+@pytest.mark.slow
 def test_termination_is_playground_done(cartpole):
     # CartpoleBalance ends an episode early only on NaN physics: set NaN positions by hand.
     env, params = cartpole
@@ -69,6 +70,7 @@ def test_termination_is_playground_done(cartpole):
     assert not bool(env.is_truncated(after, params))
 
 
+@pytest.mark.slow
 def test_truncation_matches_playground_wrapper_and_restarts_are_fresh(cartpole):
     from mujoco_playground import wrapper
 
@@ -103,6 +105,7 @@ def test_truncation_matches_playground_wrapper_and_restarts_are_fresh(cartpole):
     assert len({tuple(r) for r in firsts.round(7)}) == len(firsts) == 4
 
 
+@pytest.mark.slow
 def test_native_stepper_ppo_smoke_and_checkpoint(cartpole, tmp_path):
     init, step = adapter.native_stepper("CartpoleBalance", 2)
     carry = jax.jit(init)(jax.random.key(0))

@@ -61,6 +61,7 @@ def swept():
     return config, first, second
 
 
+@pytest.mark.slow
 def test_sweep_shapes_and_axes(swept):
     config, r, second = swept
     assert r.dims == ("seed", "lr") and r.shape == (2, 3) and r.num_runs == 6
@@ -74,6 +75,7 @@ def test_sweep_shapes_and_axes(swept):
     np.testing.assert_allclose(second.result.hparams.gamma, 0.9, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_slices_equal_single_runs(swept):
     config, r, _ = swept
     train = jax.jit(make_train(config))
@@ -90,6 +92,7 @@ def test_slices_equal_single_runs(swept):
                                                             jax.tree.leaves(other.params), strict=True))
 
 
+@pytest.mark.slow
 def test_evaluate_takes_a_sweeps_result_with_all_its_axes(swept):
     # Before, a [seed, lr] result was refused with "Pass evaluate the PPOConfig the result was
     # trained with", although it was. Now run (s, j) is evaluated as run s * 3 + j of one seed axis
@@ -123,6 +126,7 @@ def test_isel_sel_and_hparams(swept):
         r.sel(gamma=0.99)
 
 
+@pytest.mark.slow
 def test_selecting_several_seeds_keeps_the_axis_and_the_keys(swept):
     """Lists, slices and arrays of seeds select like any other dim, and the kept runs' metrics,
     parameters and seed keys are the originals' (JAX rejects a list as an index of the keys)."""
@@ -154,6 +158,7 @@ def test_selecting_several_seeds_keeps_the_axis_and_the_keys(swept):
         r.isel(seed=1.0)
 
 
+@pytest.mark.slow
 def test_an_env_param_given_as_int_then_float_compiles_for_each():
     # Equal configs (12 == 12.0), but int32 and float32 arrays: the cached executables must differ.
     base = PPOConfig(**SMALL)
@@ -299,6 +304,7 @@ def test_tables_carry_the_final_evaluation():
     np.testing.assert_array_equal(one.eval_returns, returns[1, 1])
 
 
+@pytest.mark.slow
 def test_sweep_ends_with_a_greedy_evaluation_of_every_run():
     import fusedrl
     from fusedrl.evaluation import EVAL_MAX_STEPS
@@ -501,6 +507,7 @@ def test_update_pieces_cover_the_run_in_order(n, size):
         assert len(set(counts)) == 1
 
 
+@pytest.mark.slow
 def test_streams_in_pieces_agree_with_whole_runs_and_call_back_alike(swept, monkeypatch):
     """The fixture's runs (3 updates: one piece) again, with one update per piece: the same
     metrics and final params, and the callback (every 2nd update) made on the same updates."""
@@ -523,6 +530,7 @@ def test_streams_in_pieces_agree_with_whole_runs_and_call_back_alike(swept, monk
 
 
 @pytest.mark.parametrize("streams", [2, 1])
+@pytest.mark.slow
 def test_sweep_callback_names_each_run_and_padding_runs_stay_silent(streams):
     # 3 runs on 2 streams: one padding run (a copy of run 0) that must not call back; on 1 stream
     # (the vmap) none. Every call carries its run's index into the result's flattened shape.
@@ -751,6 +759,7 @@ def test_values_at_the_edges_of_their_dtype_are_kept_exactly():
 
 
 @pytest.mark.parametrize("streams", [1, 2])  # one vmap; two streams of `lax.map`
+@pytest.mark.slow
 def test_sweeps_in_float32_with_jax_enable_x64(x64, streams):
     # Under x64 the unswept env params (Python floats, weakly typed float32 in the trainer) were
     # passed as float64 arrays: the env state turned float64 and the training loop's scan refused
@@ -910,6 +919,7 @@ def test_sharded_sweep_and_data_parallel_match_one_device(swept):
     assert out["one_device"] == [[1], [1]]  # devices=[jax.devices()[1]], streams None and 1
 
 
+@pytest.mark.slow
 def test_data_parallel_shards_stop_early_together():
     # With target_kl, each shard's minibatch KL differs (its own envs), so each shard alone would
     # stop at its own step and the parameters would drift apart; the decision uses the mean KL.
@@ -972,6 +982,7 @@ def test_data_parallel_metrics_invent_no_episodes():
     np.testing.assert_array_equal(agent["env_steps"], np.arange(1, 6) * 16)  # the shards' total
 
 
+@pytest.mark.slow
 def test_data_parallel_episode_statistics_are_the_agents():
     """A real 2-shard agent (the reviewer's case): 1 env x 4 steps per shard, so most updates end
     no episode (key 0: shard 1's first at update 3, none again until update 8); the agent's
@@ -1011,6 +1022,7 @@ def _four_shards_and_one_agent(config, monkeypatch):
     return agent, shard, single, hp, state, traj
 
 
+@pytest.mark.slow
 def test_data_parallel_normalizes_advantages_over_the_agents_minibatch(monkeypatch):
     """4 shards of 1 env x 1 step: each shard's minibatch is one transition, the agent's four.
     The advantages are normalised over the agent's four, so the run is valid (PPOConfig refuses
@@ -1180,6 +1192,7 @@ def test_continue_in_pieces_stops_once_asked_with_two_pieces_in_flight(monkeypat
 
 
 @pytest.mark.parametrize("with_stop", [False, True])
+@pytest.mark.slow
 def test_continue_in_pieces_keeps_no_earlier_pieces_states(with_stop, monkeypatch):
     # A piece's result holds its states (every run's params, optimiser and envs): keeping them all
     # grew a long sweep's memory by pieces x states.
@@ -1276,6 +1289,7 @@ def test_run_shares_stops_its_shares_on_ctrl_c():
     assert seen == {0: True, 1: True}
 
 
+@pytest.mark.slow
 def test_a_replaced_env_is_never_run_through_the_programs_of_the_env_it_replaced(monkeypatch, tmp_path):
     # The compiled programs of evaluate, train_run and sweep are cached per PPOConfig, which names
     # its env by id only: an env registered again under that id (overwrite=True) was still trained
@@ -1320,6 +1334,7 @@ def test_a_replaced_env_is_never_run_through_the_programs_of_the_env_it_replaced
 A2C_SMALL = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, hidden_sizes=(16,))
 
 
+@pytest.mark.slow
 def test_an_a2c_config_sweeps_its_traced_fields():
     from fusedrl.train import A2CConfig, ReinforceConfig
 
@@ -1348,6 +1363,7 @@ def test_an_a2c_config_sweeps_its_traced_fields():
         sweep(A2C_SMALL, lr=LRS)  # fields, not a config
 
 
+@pytest.mark.slow
 def test_data_parallel_a2c_normalizes_advantages_over_the_agents_batch(monkeypatch):
     """As for PPO: 4 shards of 1 env x 1 step under normalize_adv learn as one A2C agent with the
     four envs learns from the same rollout (A2CConfig refuses a one-transition batch on its own)."""
@@ -1368,6 +1384,7 @@ def test_data_parallel_a2c_normalizes_advantages_over_the_agents_batch(monkeypat
         data_parallel_train(dict(A2C_SMALL), jax.devices()[:1], num_shards=2)
 
 
+@pytest.mark.slow
 def test_data_parallel_reinforce_takes_its_means_over_the_agents_steps(monkeypatch):
     """REINFORCE's returns are per env, so each shard computes its envs' exactly; its loss means and
     return normalisation are over the steps whose episode ended in the rollout, which fall unequally

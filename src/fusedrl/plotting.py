@@ -110,9 +110,10 @@ def _draw_run(ax, x, y, raw, window, *, color, label):
         ax.plot(x, seed_curve, color=seed_color, alpha=0.45 if one_run else 0.3, linewidth=0.7,
                 label=seed_label)
     band_color, line_color = ("0.5", "black") if one_run else (color, color)
-    ax.fill_between(x, low, high, color=band_color, alpha=0.3, linewidth=0,
+    # Above the seed lines (a filled area's default zorder, 1, would put it under them, out of sight).
+    ax.fill_between(x, low, high, color=band_color, alpha=0.5, linewidth=0, zorder=2.5,
                     label=f"{name}95% interval (stratified bootstrap)")
-    ax.plot(x, center, color=line_color, linewidth=2.2, label=f"{name}IQM of {y.shape[0]} seeds")
+    ax.plot(x, center, color=line_color, linewidth=2.2, zorder=3, label=f"{name}IQM of {y.shape[0]} seeds")
 
 
 def _moving_average(y: np.ndarray, window: int) -> np.ndarray:
