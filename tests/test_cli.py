@@ -190,12 +190,12 @@ def test_config_file_round_trip(trained, tmp_path):
     )
     changed, options = cli.resolve(args)
     assert changed == config.replace(lr=1e-3) and options.num_seeds == 3
-    for name in ("c.toml", "C.TOML"):  # read as TOML whatever the suffix's case (was: "not valid JSON")
+    for name in ("c.toml", "C.TOML"):  # read as TOML whatever the suffix's case, not refused as JSON
         toml = tmp_path / name
         toml.write_text('env_id = "Pendulum-v1"\nhidden_sizes = [8, 8]\nnormalize_obs = true\n')
         got, _ = cli.resolve(cli.build_parser().parse_args(["train", "--config", str(toml)]))
         assert got == PPOConfig(env_id="Pendulum-v1", hidden_sizes=(8, 8), normalize_obs=True)
-    # The run folder itself: named as a folder, with its config.json (was: "does not exist").
+    # The run folder itself: named as a folder, with its config.json, not "does not exist".
     with pytest.raises(cli.CLIError, match=f"is a folder; its run's config is {re.escape(str(run_dir))}"):
         cli.resolve(cli.build_parser().parse_args(["train", "--config", str(run_dir)]))
 

@@ -215,7 +215,7 @@ def test_imports_inside_functions_say_why():
 
 
 def test_fixed_house_facts():
-    # The dispatch between the learners stands above both: train/ no longer reaches the bridge.
+    # The dispatch between the learners stands above both: train/ does not import the bridge.
     targets = {t for imp in IMPORTS if imp.module.startswith("fusedrl.train") for t in imp.targets}
     assert not any(t.startswith(("fusedrl.bridge", "fusedrl.learners")) for t in targets)
     learners = {t for imp in IMPORTS if imp.module == "fusedrl.learners" for t in imp.targets}

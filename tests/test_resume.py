@@ -401,7 +401,7 @@ def test_evaluating_an_unfinished_run_says_so(run_cli, monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(run_cli, monkeypatch, tmp_path):
-    # W&B started new runs on every resume; now the seeds' runs go on (wandb.init(id=, resume="allow")).
+    # A resumed run continues each seed's W&B run (wandb.init(id=, resume="allow")), not a new one.
     # A stand-in for wandb: what wandb.init was asked for, and run ids as W&B gives them.
     import types
 

@@ -30,7 +30,7 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "plot", help="learning curves of saved runs on one figure (PNG)",
         description="Plot the learning curves of run folders written by `fusedrl train`: over seeds, "
-                    "the interquartile mean (IQM) with its 95%% stratified-bootstrap interval.",
+                    "the interquartile mean (IQM) with its 95% stratified-bootstrap interval.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (with metrics.csv)")
