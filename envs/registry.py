@@ -337,6 +337,13 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
             return _multi_agent(env_id, env, overrides)
         check_env_interface(env_id, env)
         params = env.default_params
+    return env, with_env_params(env_id, env, params, **overrides)
+
+
+def with_env_params(env_id: str, env, params, **overrides):
+    """`params` (the params of `env`, built by `make(env_id)`) with `overrides` applied, checked as
+    `make` checks them: what a caller that already holds the env uses to change its params without
+    building the env again (a JAX env's object does not depend on its params)."""
     if overrides:
         if not hasattr(params, "__dataclass_fields__"):
             raise TypeError(
@@ -357,7 +364,7 @@ def make(env_id: str, **overrides) -> tuple[Any, Any]:
                 params = params.replace(**{derived: value(params)})
     if not env_id.startswith(GYMNAX_PREFIX):
         _warn_inherited_time_limit(env_id, env, params)  # an override may set the time limit
-    return env, params
+    return params
 
 
 def jax_twin(env_id: str) -> str | None:

@@ -3,6 +3,7 @@ single time, from the command line's checks through compiling, checkpoints and e
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 
@@ -67,6 +68,23 @@ def test_train_and_resume_build_the_env_once(run_cli, counted_env, monkeypatch, 
     code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--out", tmp_path / "again")
     assert code == 0, err
     assert counted_env.built == 1, f"a second `fusedrl train` built the env {counted_env.built} times"
+
+
+def test_a_run_with_other_env_params_builds_the_env_once(run_cli, counted_env, tmp_path):
+    # --set env_params.* changes the params of the env the command line built, not the env itself.
+    out = tmp_path / "run"
+    code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--set", "env_params.max_steps_in_episode=7",
+                           "--out", out)
+    assert code == 0, err
+    assert json.loads((out / "config.json").read_text())["ppo"]["env_params"] == {"max_steps_in_episode": 7}
+    assert counted_env.built == 1, f"a run with env params built the env {counted_env.built} times"
+    # The run stepped the env with those params: no episode longer than the time limit set.
+    with (out / "metrics.csv").open() as f:
+        lengths = [float(row["episode_length"]) for row in csv.DictReader(f) if row["episode_length"]]
+    assert lengths and max(lengths) <= 7, lengths
+    code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--set", "env_params.gravity=nope",
+                           "--out", tmp_path / "bad")
+    assert code == 2 and "gravity" in err, err  # the params are still checked as make checks them
 
 
 NET_CODE = """

@@ -215,6 +215,7 @@ def resolve_run(args) -> tuple[OnPolicyConfig, Any, tuple[Any, Any]]:
     (the env is built here, once: the run takes it over)."""
     from fusedrl.envs import make
     from fusedrl.envs.host import HostEnvError, is_host_env_id
+    from fusedrl.envs.registry import with_env_params
     from fusedrl.runs import RunOptions, check_supported, read_config_file
     from fusedrl.train.config import config_class
     from fusedrl.train.presets import preset
@@ -280,7 +281,10 @@ def resolve_run(args) -> tuple[OnPolicyConfig, Any, tuple[Any, Any]]:
         else:
             config = preset(env_id, algo=algo, **{k: v for k, v in overrides.items() if k != "env_id"})
         if config.env_id != env_id or dict(config.env_params) != base_env_params:  # --set env_params.*
-            built = make(config.env_id, **config.env_params)
+            if config.env_id == env_id and not is_host_env_id(env_id):  # the same env, other params
+                built = (built[0], with_env_params(env_id, *built, **config.env_params))
+            else:  # a host env's params go to gymnasium.make
+                built = make(config.env_id, **config.env_params)
         env, env_params = built
         if is_host_env_id(config.env_id):  # the config's rules that need the env, before any compile
             from fusedrl.bridge import check_host_config
