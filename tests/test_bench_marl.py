@@ -93,7 +93,7 @@ def test_marl_bench_trains_and_evaluates_both_algorithms_at_jaxmarls_config(ours
     assert [row["algo"] for row in rows] == ["ippo", "mappo"] and not any("ratio" in row for row in rows)
     assert rows[0]["fusedrl-ippo"]["greedy_mean"] == pytest.approx(np.mean(runs[0]["greedy"]))
     for algo in marl.ALGOS:  # our configs carry JaxMARL's numbers
-        assert marl.config_mismatches(algo, YAML[algo]) == []
+        assert marl.config_mismatches(algo, YAML[marl.PEER_ALGO[algo]]) == []
     assert marl.config("mappo", 16, 128, 2048).critic == "centralized"
     assert marl.config("mappo", 16, 128, 2048).recurrent == "gru"
     assert marl.config("mappo-ff", 16, 128, 2048).recurrent is None
