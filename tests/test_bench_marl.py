@@ -229,6 +229,20 @@ def test_marl_bench_alternates_the_sides_and_prints_the_ratio_of_medians(tmp_pat
     assert calls == ["ours", "peer"]  # no second repeat
 
 
+def test_marl_bench_runs_the_feed_forward_mappo_against_jaxmarls_recurrent_script(tmp_path, monkeypatch):
+    seen = []
+    ours = lambda algo, *a, timeout: _fake_run(f"fusedrl-{algo}", 2.0)  # noqa: E731
+    monkeypatch.setattr(marl, "ours_in_subprocess", ours)
+
+    def theirs(python, src, algo, *args, timeout):
+        seen.append(algo)
+        return _fake_run(f"jaxmarl-{algo}", 1.0, YAML[algo])
+
+    monkeypatch.setattr(marl, "peer_in_subprocess", theirs)
+    assert marl.main([*TINY, "--algos", "mappo-ff", *_jaxmarl_src(tmp_path)]) == 0
+    assert seen == ["mappo"]  # the runner knows the script's name, mappo_rnn_mpe.py
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
