@@ -22,11 +22,11 @@ TINY = [
     "--repeats",
     "1",
     "--num-envs",
-    "2",
+    "4",
     "--num-steps",
     "26",
     "--total-timesteps",
-    "52",
+    "104",
     "--eval-episodes",
     "3",
 ]
@@ -85,16 +85,18 @@ def test_marl_bench_trains_and_evaluates_both_algorithms_at_jaxmarls_config(ours
     runs = [json.loads(line) for line in ours_only.splitlines() if line.startswith('{"algo"')]
     assert [r["impl"] for r in runs] == ["fusedrl-ippo", "fusedrl-mappo"]
     for r in runs:
-        assert r["env_steps"] == 52 and len(r["greedy"]) == len(r["train_ret"]) == 2
-        assert r["sps"] * r["train_s"] == pytest.approx(2 * 52)  # both seeds' steps over the training calls
+        assert r["env_steps"] == 104 and len(r["greedy"]) == len(r["train_ret"]) == 2
+        assert r["sps"] * r["train_s"] == pytest.approx(2 * 104)  # both seeds' steps over the training calls
         assert all(-200 < g < 0 for g in r["greedy"])  # MPE spread: distances are penalties
         assert r["greedy"][0] != r["greedy"][1]  # two seeds, two policies
     rows = json.loads(ours_only.splitlines()[-1])
     assert [row["algo"] for row in rows] == ["ippo", "mappo"] and not any("ratio" in row for row in rows)
     assert rows[0]["fusedrl-ippo"]["greedy_mean"] == pytest.approx(np.mean(runs[0]["greedy"]))
     for algo in marl.ALGOS:  # our configs carry JaxMARL's numbers
-        assert marl.config_mismatches(algo, YAML[algo]) == []
+        assert marl.config_mismatches(algo, YAML[marl.PEER_ALGO[algo]]) == []
     assert marl.config("mappo", 16, 128, 2048).critic == "centralized"
+    assert marl.config("mappo", 16, 128, 2048).recurrent == "gru"
+    assert marl.config("mappo-ff", 16, 128, 2048).recurrent is None
     assert marl.config("ippo", 16, 128, 2048).critic == "decentralized"
 
 
@@ -102,11 +104,70 @@ def test_marl_bench_names_a_peer_config_that_differs():
     assert marl.config_mismatches("ippo", {**YAML["ippo"], "LR": 1e-3}) == ["LR=0.001 vs lr=0.00025"]
     assert marl.config_mismatches("mappo", {**YAML["mappo"], "UPDATE_EPOCHS": 10, "FC_DIM_SIZE": 64}) == [
         "UPDATE_EPOCHS=10 vs update_epochs=4",
-        "FC_DIM_SIZE=64 vs hidden_sizes=(128, 128)",
+        "FC_DIM_SIZE=64 vs hidden_sizes[0]=128",
+    ]
+    assert marl.config_mismatches("mappo", {**YAML["mappo"], "GRU_HIDDEN_DIM": 64}) == [
+        "GRU_HIDDEN_DIM=64 vs recurrent_size=128",
+        "GRU_HIDDEN_DIM=64 (one layer after the GRU) vs hidden_sizes[1:]=(128,)",
+    ]
+    assert marl.config_mismatches("mappo-ff", {**YAML["mappo"], "FC_DIM_SIZE": 64}) == [
+        "FC_DIM_SIZE, GRU_HIDDEN_DIM=(64, 128) vs hidden_sizes=(128, 128)"
+    ]
+    assert marl.config_mismatches("mappo", {**YAML["mappo"], "SCALE_CLIP_EPS": True}) == [
+        "SCALE_CLIP_EPS=True vs clip_eps unscaled"
     ]
     assert marl.config_mismatches("ippo", {**YAML["ippo"], "ENV_NAME": "MPE_simple_v3"}) == [
         "ENV_NAME='MPE_simple_v3' vs jaxmarl:MPE_simple_spread_v3"
     ]
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        dict(recurrent=None),
+        dict(recurrent="lstm"),
+        dict(recurrent_size=64),
+        dict(hidden_sizes=(128,)),
+        dict(hidden_sizes=(128, 128, 128)),
+        dict(activation="tanh"),
+    ],
+)
+def test_marl_bench_reports_a_mappo_network_unlike_jaxmarls(wrong, monkeypatch):
+    monkeypatch.setitem(marl.FIELDS, "mappo", {**marl.FIELDS["mappo"], **wrong})
+    assert marl.config_mismatches("mappo", YAML["mappo"])
+
+
+def test_marl_bench_mappo_has_the_layers_of_jaxmarls_mappo_rnn_mpe():
+    # mappo_rnn_mpe.py's ActorRNN and CriticRNN, from the yaml's widths: Dense(FC_DIM_SIZE) on the
+    # input, flax's GRUCell(GRU_HIDDEN_DIM), Dense(GRU_HIDDEN_DIM), the head (5 actions; 1 value). Its
+    # inputs: an agent's observation (18) and the world state, all three concatenated (54); ours
+    # append the one-hot agent id (3).
+    import jax
+
+    import fusedrl
+
+    fc, gru = YAML["mappo"]["FC_DIM_SIZE"], YAML["mappo"]["GRU_HIDDEN_DIM"]
+    cell = {k: (gru, gru) for k in ("ir", "iz", "in", "hr", "hz", "hn")}
+    cell.update({k + "_bias": (gru,) for k in ("ir", "iz", "in", "hn")})  # flax's GRUCell: no hr, hz bias
+
+    def jaxmarl_layers(inputs, head):
+        return [(inputs, fc), cell, (gru, gru), (gru, head)]
+
+    params = jax.eval_shape(fusedrl.make_train(marl.config("mappo", 4, 26, 104)), jax.random.key(0)).params
+    params = params["params"]
+
+    def ours(net, torso):
+        p = params[net]
+        shapes = {k: v["kernel"].shape for k, v in p["cell"].items()}
+        shapes.update({k + "_bias": v["bias"].shape for k, v in p["cell"].items() if "bias" in v})
+        layers = [p["embed_0"]["kernel"].shape, shapes]
+        layers += [p[f"{torso}_{i}"]["kernel"].shape for i in range(sum(k.startswith(torso + "_") and
+                                                                         k[-1].isdigit() for k in p))]
+        return [*layers, p[f"{torso}_head"]["kernel"].shape]
+
+    assert ours("actor", "actor") == jaxmarl_layers(18 + 3, 5)
+    assert ours("critic", "critic") == jaxmarl_layers(3 * 18 + 3, 1)
+    assert set(params) == {"actor", "critic"}
 
 
 def _fake_run(impl, sps, config=None):
@@ -115,7 +176,7 @@ def _fake_run(impl, sps, config=None):
         "compile_s": 1.0,
         "train_s": 1.0,
         "sps": sps,
-        "env_steps": 52,
+        "env_steps": 104,
         "greedy": [-20.0, -22.0],
         "train_ret": [-25.0, -26.0],
         **({"config": config} if config else {}),
@@ -166,6 +227,20 @@ def test_marl_bench_alternates_the_sides_and_prints_the_ratio_of_medians(tmp_pat
     with pytest.raises(SystemExit, match="ENT_COEF=0.0 vs ent_coef=0.01"):
         marl.main([*TINY, "--algos", "ippo", "--repeats", "3", *_jaxmarl_src(tmp_path)])
     assert calls == ["ours", "peer"]  # no second repeat
+
+
+def test_marl_bench_runs_the_feed_forward_mappo_against_jaxmarls_recurrent_script(tmp_path, monkeypatch):
+    seen = []
+    ours = lambda algo, *a, timeout: _fake_run(f"fusedrl-{algo}", 2.0)  # noqa: E731
+    monkeypatch.setattr(marl, "ours_in_subprocess", ours)
+
+    def theirs(python, src, algo, *args, timeout):
+        seen.append(algo)
+        return _fake_run(f"jaxmarl-{algo}", 1.0, YAML[algo])
+
+    monkeypatch.setattr(marl, "peer_in_subprocess", theirs)
+    assert marl.main([*TINY, "--algos", "mappo-ff", *_jaxmarl_src(tmp_path)]) == 0
+    assert seen == ["mappo"]  # the runner knows the script's name, mappo_rnn_mpe.py
 
 
 @pytest.mark.parametrize(

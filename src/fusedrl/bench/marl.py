@@ -1,16 +1,25 @@
 """Multi-agent PPO (IPPO, MAPPO) against JaxMARL's own baselines on MPE: steps/s and greedy returns.
 
-    python -m fusedrl.bench marl [--algos ippo,mappo] [--seeds 1] [--repeats 3] [--num-envs 16]
+    python -m fusedrl.bench marl [--algos ippo,mappo[,mappo-ff]] [--seeds 1] [--repeats 3] [--num-envs 16]
                                  [--num-steps 128] [--total-timesteps 262144] [--eval-episodes 64]
                                  [--peer-python .peers-venv/bin/python --jaxmarl-src DIR]
 
 MPE_simple_spread_v3 (3 agents), at the config of JaxMARL's yaml for each baseline:
   ippo   ours: `PPOConfig(env_id="jaxmarl:MPE_simple_spread_v3")`, parameters shared, 2x64 tanh, lr 2.5e-4;
          JaxMARL: `baselines/IPPO/ippo_ff_mpe.py` with `config/ippo_ff_mpe.yaml` (the same numbers)
-  mappo  ours: `critic="centralized"`, 2x128 ReLU actor and critic, lr 2e-3; JaxMARL:
-         `baselines/MAPPO/mappo_rnn_mpe.py` with `config/mappo_homogenous_rnn_mpe.yaml` (lr 2e-3, a
-         Dense(128) ReLU, a 128-unit GRU, a 128-wide ReLU layer: JaxMARL has no feed-forward MAPPO
-         for MPE, and ours has no recurrent one yet, so the networks differ)
+  mappo  ours: recurrent MAPPO, `critic="centralized"`, `recurrent="gru"`, `recurrent_size=128`,
+         `hidden_sizes=(128, 128)`, ReLU, lr 2e-3: actor and critic each a Dense(128) ReLU, a
+         128-unit GRU, a 128-wide ReLU layer and the head (`RecurrentActorCritic`; the critic reads
+         the world state); JaxMARL: `baselines/MAPPO/mappo_rnn_mpe.py` with
+         `config/mappo_homogenous_rnn_mpe.yaml` (lr 2e-3, FC_DIM_SIZE 128, GRU_HIDDEN_DIM 128: the
+         same layers). Still different: our one-hot agent id on the actor's and critic's inputs
+         (21 and 57 wide, its 18 and 54); our bootstrap at MPE's time limit; initialisers (ours
+         orthogonal, gain sqrt(2) around the GRU and 1 in it; its post-GRU layer gain 2, its GRU's
+         input kernels flax's lecun_normal); one Adam and one gradient-norm clip over actor and
+         critic together (its: one each); minibatches of 4 envs' sequences (12 agent rows; its: 12
+         agent rows drawn apart)
+  mappo-ff  ours feed-forward: the same numbers without the cell (2x128 ReLU actor and critic),
+         against the same recurrent JaxMARL script (it has no feed-forward MAPPO for MPE)
 Both: 4 epochs x 4 minibatches, gamma 0.99, gae_lambda 0.95, clip 0.2, ent 0.01, vf 0.5, grad norm
 0.5, lr annealed; the batch (--num-envs x --num-steps) and the budget as given, to both.
 
@@ -42,7 +51,7 @@ import numpy as np
 from fusedrl.bench._timing import compile_then_run, cpu_model
 
 ENV_ID = "jaxmarl:MPE_simple_spread_v3"
-ALGOS = ("ippo", "mappo")
+ALGOS = ("ippo", "mappo", "mappo-ff")
 #: Each algorithm's config: JaxMARL's yaml numbers, as `PPOConfig` fields (besides the batch and budget).
 FIELDS = {
     "ippo": dict(
@@ -72,9 +81,16 @@ FIELDS = {
         max_grad_norm=0.5,
         hidden_sizes=(128, 128),
         activation="relu",
+        recurrent="gru",
+        recurrent_size=128,
         critic="centralized",
     ),
 }
+#: The feed-forward MAPPO (`--algos mappo-ff`): the same numbers, a 2x128 ReLU actor and critic and no
+#: cell, against the same recurrent JaxMARL script.
+FIELDS["mappo-ff"] = {k: v for k, v in FIELDS["mappo"].items() if k not in ("recurrent", "recurrent_size")}
+#: The JaxMARL baseline each algorithm runs against (`_jaxmarl_peer.SCRIPTS`).
+PEER_ALGO = {"ippo": "ippo", "mappo": "mappo", "mappo-ff": "mappo"}
 #: The peer's yaml keys and the `PPOConfig` fields they must equal.
 PEER_KEYS = {
     "LR": "lr",
@@ -187,8 +203,30 @@ def config_mismatches(algo: str, peer_config: dict) -> list[str]:
         bad.append(f"ENV_NAME={peer_config['ENV_NAME']!r} vs {ENV_ID}")
     if algo == "ippo" and peer_config.get("ACTIVATION", "tanh") != ours["activation"]:
         bad.append(f"ACTIVATION={peer_config['ACTIVATION']!r} vs activation={ours['activation']!r}")
-    if algo == "mappo" and peer_config.get("FC_DIM_SIZE", 128) != ours["hidden_sizes"][0]:
-        bad.append(f"FC_DIM_SIZE={peer_config['FC_DIM_SIZE']!r} vs hidden_sizes={ours['hidden_sizes']!r}")
+    if algo.startswith("mappo"):
+        # mappo_rnn_mpe.py's actor and critic: Dense(FC_DIM_SIZE) ReLU, a GRU_HIDDEN_DIM-unit GRU, a
+        # GRU_HIDDEN_DIM-wide ReLU layer, the head; ours: hidden_sizes[0], the cell of recurrent_size,
+        # hidden_sizes[1:] (its ACTIVATION key is unused: the script hard-codes ReLU).
+        widths = (peer_config.get("FC_DIM_SIZE", 128), peer_config.get("GRU_HIDDEN_DIM", 128))
+        if algo == "mappo-ff":
+            if tuple(ours["hidden_sizes"]) != widths:
+                bad.append(f"FC_DIM_SIZE, GRU_HIDDEN_DIM={widths} vs hidden_sizes={ours['hidden_sizes']!r}")
+        else:
+            if ours.get("recurrent") != "gru":
+                bad.append(f"a GRU vs recurrent={ours.get('recurrent')!r}")
+            if ours["hidden_sizes"][0] != widths[0]:
+                bad.append(f"FC_DIM_SIZE={widths[0]!r} vs hidden_sizes[0]={ours['hidden_sizes'][0]!r}")
+            if ours.get("recurrent_size") != widths[1]:
+                bad.append(f"GRU_HIDDEN_DIM={widths[1]!r} vs recurrent_size={ours.get('recurrent_size')!r}")
+            if tuple(ours["hidden_sizes"][1:]) != (widths[1],):
+                bad.append(
+                    f"GRU_HIDDEN_DIM={widths[1]!r} (one layer after the GRU) vs "
+                    f"hidden_sizes[1:]={tuple(ours['hidden_sizes'][1:])!r}"
+                )
+        if ours["activation"] != "relu":
+            bad.append(f"ReLU (hard-coded) vs activation={ours['activation']!r}")
+        if peer_config.get("SCALE_CLIP_EPS", False):
+            bad.append("SCALE_CLIP_EPS=True vs clip_eps unscaled")
     return bad
 
 
@@ -209,7 +247,9 @@ def summarize(runs: list[dict]) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrl.bench marl", description=__doc__.splitlines()[0])
-    p.add_argument("--algos", default=",".join(ALGOS), help="comma-separated among " + ",".join(ALGOS))
+    p.add_argument(
+        "--algos", default="ippo,mappo", help=f"comma-separated among {','.join(ALGOS)} (default ippo,mappo)"
+    )
     p.add_argument("--seeds", type=int, default=1, help="seeds per run, trained one after another")
     p.add_argument("--repeats", type=int, default=3, help="runs of each side, alternating")
     p.add_argument("--num-envs", type=int, default=16)
@@ -247,7 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fusedrl.bench._jaxmarl_peer import SCRIPTS
 
         missing = [
-            f for a in algos for f in SCRIPTS[a] if not os.path.isfile(os.path.join(args.jaxmarl_src, f))
+            f
+            for a in algos
+            for f in SCRIPTS[PEER_ALGO[a]]
+            if not os.path.isfile(os.path.join(args.jaxmarl_src, f))
         ]
         if missing:
             p.error(
@@ -267,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sides = {f"fusedrl-{algo}": lambda a=algo: ours_in_subprocess(a, *size, timeout=args.timeout)}
         if args.peer_python:
             sides[f"jaxmarl-{algo}"] = lambda a=algo: peer_in_subprocess(
-                args.peer_python, args.jaxmarl_src, a, *size, timeout=args.timeout
+                args.peer_python, args.jaxmarl_src, PEER_ALGO[a], *size, timeout=args.timeout
             )
         labels = list(sides)
         runs: dict[str, list[dict]] = {label: [] for label in labels}
