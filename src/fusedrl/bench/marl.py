@@ -52,39 +52,14 @@ from fusedrl.bench._timing import compile_then_run, cpu_model
 
 ENV_ID = "jaxmarl:MPE_simple_spread_v3"
 ALGOS = ("ippo", "mappo", "mappo-ff")
-#: Each algorithm's config: JaxMARL's yaml numbers, as `PPOConfig` fields (besides the batch and budget).
+#: What JaxMARL's IPPO and MAPPO yaml files share, as `PPOConfig` fields.
+_SHARED = dict(update_epochs=4, num_minibatches=4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
+               ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
+#: Each algorithm's config: JaxMARL's yaml numbers (besides the batch and budget).
 FIELDS = {
-    "ippo": dict(
-        update_epochs=4,
-        num_minibatches=4,
-        lr=2.5e-4,
-        anneal_lr=True,
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_eps=0.2,
-        ent_coef=0.01,
-        vf_coef=0.5,
-        max_grad_norm=0.5,
-        hidden_sizes=(64, 64),
-        activation="tanh",
-    ),
-    "mappo": dict(
-        update_epochs=4,
-        num_minibatches=4,
-        lr=2e-3,
-        anneal_lr=True,
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_eps=0.2,
-        ent_coef=0.01,
-        vf_coef=0.5,
-        max_grad_norm=0.5,
-        hidden_sizes=(128, 128),
-        activation="relu",
-        recurrent="gru",
-        recurrent_size=128,
-        critic="centralized",
-    ),
+    "ippo": dict(_SHARED, lr=2.5e-4, hidden_sizes=(64, 64), activation="tanh"),
+    "mappo": dict(_SHARED, lr=2e-3, hidden_sizes=(128, 128), activation="relu", recurrent="gru",
+                  recurrent_size=128, critic="centralized"),
 }
 #: The feed-forward MAPPO (`--algos mappo-ff`): the same numbers, a 2x128 ReLU actor and critic and no
 #: cell, against the same recurrent JaxMARL script.
