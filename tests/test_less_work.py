@@ -23,6 +23,7 @@ from fusedrl.train import PPOConfig, make_train
 from fusedrl.train.advantages import gae_targets
 from fusedrl.train.losses import Batch
 from fusedrl.train.shuffle import permutations
+from fusedrl.train.tuning import Tuning
 from fusedrl.train.update import minibatch_epochs
 
 pytestmark = pytest.mark.timeout(300)
@@ -85,7 +86,7 @@ def _rollout(recurrent, env_id="CartPole-v1", **env_params):
     config = PPOConfig(env_id=env_id, num_envs=4, num_steps=40, total_timesteps=4 * 40, num_minibatches=1,
                        update_epochs=1, hidden_sizes=(16, 16), recurrent=recurrent, recurrent_size=8,
                        env_params=env_params)
-    train = make_train(config)
+    train = make_train(config, tuning=Tuning(value_in_rollout=True))
     hp = train.default_hparams()
     venv = train.make_env(hp)
 
@@ -121,8 +122,14 @@ def test_the_rollout_values_the_next_observations_as_the_targets_did(recurrent):
     want_adv, want_target = gae_targets(traj, before, hp)
     np.testing.assert_allclose(adv, want_adv, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(target, want_target, rtol=1e-5, atol=1e-6)
-    # The trainer's own rollout does not keep the next observations.
+    # The trainer's own rollout with the choice on does not keep the next observations; by default
+    # (the choice off: docs/gpu.md) it keeps them for the targets and values none in the rollout.
     assert plain.next_obs is None and plain.next_value.shape == (T, N)
+    default = make_train(train.config)
+    assert default.tuning.value_in_rollout is False
+    kept = jax.eval_shape(lambda k: default.rollout(default.init(k, hp), hp, default.make_env(hp), k)[1],
+                          jax.random.key(0))
+    assert kept.next_value is None and kept.next_obs is not None
 
 
 @struct.dataclass

@@ -445,6 +445,8 @@ def test_tuning_is_one_record_taken_explicitly():
         make_train(PPOConfig(**SMALL), tuning={"predraw_max_bytes": 0})
     with pytest.raises(ValueError, match="predraw_max_bytes must be an int >= 0"):
         Tuning(predraw_max_bytes=-1)
+    with pytest.raises(ValueError, match="value_in_rollout must be a bool"):
+        Tuning(value_in_rollout=1)
 
 
 def test_eager_evaluate_compiles_one_program_once(small, caplog):

@@ -307,13 +307,16 @@ class Trainer:
     def rollout(self, state: RunnerState, hparams: Hyperparams, venv, key: jax.Array, *,
                 keep_next_obs: bool = False):
         """`num_steps` steps of the fused envs with the current policy: (state, [T, N] Transitions).
-        Each step's next observation is valued there (when the algorithm bootstraps) and checked
-        for NaN and inf; it is kept in the transitions only with `keep_next_obs`."""
+        Each step's next observation is checked for NaN and inf there; with
+        `tuning.value_in_rollout` it is valued there too (when the algorithm bootstraps), else kept
+        (`next_obs`) for the targets to value; `keep_next_obs` keeps it in any case."""
+        in_rollout = self.algorithm.bootstraps and self.tuning.value_in_rollout
+        keep_next_obs = keep_next_obs or (self.algorithm.bootstraps and not in_rollout)
         env_state, obs, policy_state, traj = rollout(
             self.policy_step, state.params, venv, state.env_state, state.obs, state.policy_state,
             hparams.env_params, key, num_steps=self.config.num_steps, noise=self.noise, tuning=self.tuning,
             reset_policy_state=self.reset_policy_state,
-            next_value=self.value_after_step if self.algorithm.bootstraps else None,
+            next_value=self.value_after_step if in_rollout else None,
             keep_next_obs=keep_next_obs,
         )
         return state.replace(env_state=env_state, obs=obs, policy_state=policy_state), traj
