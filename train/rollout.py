@@ -3,10 +3,11 @@
 One pure function, `rollout`, shared by every on-policy algorithm. It returns the batch of
 transitions [T, N] that the algorithm's targets and loss consume (`Transition`).
 
-The observation after each step, before any auto-reset (`info["final_observation"]`), is used
-where it is made: its value (the targets' bootstrap) and whether it is finite (the broken-env
-check) go into the transition, the observation itself does not. Inside an episode it is the next
-step's `obs`, so keeping it would store every observation twice.
+The observation after each step, before any auto-reset (`info["final_observation"]`), is checked
+where it is made (is it finite: the broken-env check), and kept (`next_obs`) for the targets to value
+when the caller asks; or valued where it is made (`next_value`) and not kept, which saves storing
+every observation twice (inside an episode it is the next step's `obs`) at the cost of a critic pass
+per step (`Tuning.value_in_rollout`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ class Transition(NamedTuple):
     reward: jax.Array  # [N] (normalised if normalize_reward)
     terminated: jax.Array  # [N] bool
     done: jax.Array  # [N] bool, terminated | truncated
-    # [N, obs_dim] observation after the step, before any auto-reset; None where the rollout used it
-    # as it came (`next_value`, `next_nonfinite`): the fused rollout keeps it only when asked to.
+    # [N, obs_dim] observation after the step, before any auto-reset; None where the rollout did not
+    # keep it (valued as it came: `next_value`; or not needed: an algorithm that does not bootstrap).
     next_obs: jax.Array | None
     episode_done: jax.Array  # [N] bool, an episode completed here (for statistics)
     episode_return: jax.Array  # [N] raw return of that episode, 0 elsewhere
