@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import fusedrl
+import fusedrl.runs
 from fusedrl.envs import registry
 from fusedrl.envs.cartpole import CartPole
 from fusedrl.loggers import CSVLogger
@@ -61,6 +62,16 @@ def test_train_and_resume_build_the_env_once(run_cli, counted_env, monkeypatch, 
     assert code == 0, err
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
     assert counted_env.built == 1, f"`fusedrl train --resume` built the env {counted_env.built} times"
+
+    # The same interruption, resumed from Python without the env: resume_run builds it once too.
+    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--out", tmp_path / "python")
+    assert code == 130, err
+    monkeypatch.setattr(CSVLogger, "log", original)
+    counted_env.built = 0
+    run = fusedrl.runs.resume_run(tmp_path / "python", progress=False)
+    assert json.loads((tmp_path / "python" / "summary.json").read_text())["status"] == "finished", run
+    assert counted_env.built == 1, f"fusedrl.runs.resume_run built the env {counted_env.built} times"
 
     # A finished run, trained afresh into a new folder in this process: its programs come from the
     # cache, and still its env is built once (the command line's).

@@ -186,8 +186,9 @@ def resume_run(
     with run_lock.acquire(path):
         config, options = load_run_config(path, trust_imports=trust_imports)
         check_supported(config, options)
-        resumed = resume_point(path, config, options, env)
+        # Built here, before the checkpoint's templates need it, so that they and the run share one env.
         env = env or make(config.env_id, **config.env_params)
+        resumed = resume_point(path, config, options, env)
         return _run(config, options, path, env, progress=progress, loggers=loggers,
                     progress_file=progress_file, resumed=resumed)
 
