@@ -26,7 +26,13 @@ from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical, n
 from fusedrl.envs import Box, Discrete, MultiDiscrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
 from fusedrl.envs.multiagent import AgentsAsRows, is_multi_agent
-from fusedrl.metrics import EPISODE_METRICS, METRIC_NAMES, episode_values, has_episode  # re-exported
+from fusedrl.metrics import (  # re-exported
+    EPISODE_METRICS,
+    METRIC_NAMES,
+    agent_return_name,
+    episode_values,
+    has_episode,
+)
 from fusedrl.networks import RecurrentActorCritic, build_network, is_image
 from fusedrl.platform import choices_platform
 from fusedrl.train import multiagent as MA
@@ -437,7 +443,7 @@ class Trainer:
                               last_return=ret.astype(jnp.float32), last_length=length.astype(jnp.float32))
         if self.team is not None:  # each agent's own return too: episode_return_<agent>
             agent_return = MA.agent_returns(traj, self.num_agents, state.agent_return)
-            metrics.update({f"episode_return_{a}": agent_return[i] for i, a in enumerate(self.team.agents)})
+            metrics.update({agent_return_name(a): agent_return[i] for i, a in enumerate(self.team.agents)})
             state = state.replace(agent_return=agent_return)
         return state, metrics
 
