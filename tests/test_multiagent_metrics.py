@@ -167,7 +167,9 @@ def test_a_resumed_run_keeps_the_per_agent_columns(finished, tmp_path, monkeypat
     monkeypatch.setattr(CSVLogger, "log", original)
     assert read_csv(tmp_path / "run")[0] == CSV_COLUMNS + PER_AGENT
     runs.resume_run(tmp_path / "run", progress_file=io.StringIO())
-    assert read_csv(tmp_path / "run") == read_csv(run.path)
+    resumed = read_csv(tmp_path / "run")
+    assert resumed[0] == CSV_COLUMNS + PER_AGENT
+    assert resumed == read_csv(run.path)
 
 
 def test_the_loggers_get_each_agents_return_and_no_placeholder(finished, monkeypatch, tmp_path):

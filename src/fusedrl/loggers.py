@@ -71,8 +71,9 @@ def metrics_to_rows(metrics: Mapping[str, np.ndarray], *, first_update: int = 1)
 class CSVLogger:
     """Appends whole rows to `path` as they arrive (flushed per update, never a partial row).
 
-    The columns are fixed by the first write: a new file's are `csv_columns` of the first rows; a
-    file that has rows already (a resumed run's) keeps its header, and the rows follow it."""
+    The columns are `csv_columns` of the first rows' metrics, the same for every update; a resumed
+    run appends to the file `fusedrl.run_folder.resume_point` wrote from the same metrics, so its
+    header holds."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -82,9 +83,6 @@ class CSVLogger:
     def log(self, update: int, rows: Sequence[Mapping[str, float]]) -> None:
         if self._file is None:
             new = not self.path.exists() or self.path.stat().st_size == 0
-            if not new:
-                with open(self.path, encoding="utf-8", newline="") as f:
-                    self._columns = tuple(next(csv.reader(f), ())) or None
             self._file = open(self.path, "a", encoding="utf-8", newline="")
             header = new
         else:
