@@ -210,7 +210,8 @@ def test_summary_json_and_evaluate_run_report_each_agent(finished):
     m = run.result.metrics
     assert list(summary["final_train_return_per_agent"]) == list(AGENTS)
     for a, name in zip(AGENTS, PER_AGENT, strict=True):
-        assert summary["final_train_return_per_agent"][a] == pytest.approx(np.asarray(m[name])[:, -1], abs=1e-3)
+        want = np.asarray(m[name])[:, -1]
+        assert summary["final_train_return_per_agent"][a] == pytest.approx(want, abs=1e-3)
     per_agent = np.array([summary["eval_return_per_agent"][a] for a in AGENTS]).T  # [seeds, A]
     np.testing.assert_allclose(per_agent.mean(axis=1), summary["eval_return_per_seed"], atol=2e-3)
     sums = team_sums(per_agent)

@@ -12,6 +12,7 @@ draws the data flow.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -177,10 +178,11 @@ class Trainer:
         else:
             flat = (batch, int(np.prod(obs_shape, dtype=np.int64)))  # FlattenObservation's
             example = jax.ShapeDtypeStruct(flat, jnp.float32)
-        self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
-                                     obs_shape=obs_shape, obs_example=example, nvec=self.nvec)
+        build = functools.partial(build_network, config, action_dim=self.action_dim, discrete=self.discrete,
+                                  nvec=self.nvec)
+        self.network = build(obs_shape=obs_shape, obs_example=example)
         if self.team is not None:
-            self.network = MA.wrap_network(config, self.network, self.team)
+            self.network = MA.wrap_network(config, self.network, self.team, example, build)
         self.recurrent = isinstance(self.network, RecurrentActorCritic)
         # What `env_fault` flags, bit i for field i: reward, an all-false action_mask row, then each
         # floating observation entry ("observation" for a flat one), in the order of the leaves.
