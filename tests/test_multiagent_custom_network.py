@@ -5,7 +5,8 @@ The network is built twice: the actor by `function(obs_shape=<an agent's observa
 row's {"obs": own observation, "agent": one-hot id}; with MAPPO the critic by
 `function(obs_shape=<the global state>)`, fed {"obs": world_state, "agent": one-hot id}. Without
 shared parameters every leaf of each has a leading [A] axis and each row takes its agent's. Checked
-here against the same linear network written out in float64 NumPy.
+here against the same linear network written out in float64 NumPy; the env's action mask applies to
+your network's policy as to the built-in's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flax import struct
 from gymnax.environments import spaces
 
 import fusedrl
+from fusedrl.distributions import MASKED_LOGIT
 from fusedrl.train import PPOConfig, make_train
 
 ENV_ID = "ShiftedCue-v0"
@@ -60,7 +62,8 @@ class CueState:
 
 
 class ShiftedCue:
-    """Agent i sees one-hot((cue + i) % 3) and scores 1 for action (cue + i) % 3; 4-step episodes."""
+    """Agent i sees one-hot((cue + i) % 3) and scores 1 for action (cue + i) % 3; 4-step episodes.
+    agent_1 may not take action 0 (its mask)."""
 
     agents = ["agent_0", "agent_1"]
     num_agents = A
@@ -75,6 +78,9 @@ class ShiftedCue:
     def get_obs(self, s):
         return {a: jax.nn.one_hot((s.cue + i) % CUES, CUES, dtype=jnp.float32)
                 for i, a in enumerate(self.agents)}
+
+    def get_avail_actions(self, s):
+        return {"agent_0": jnp.ones(CUES, bool), "agent_1": jnp.arange(CUES) != 0}  # agent_1: never 0
 
     def reset(self, key):
         s = CueState(jax.random.randint(key, (), 0, CUES), jnp.int32(0))
@@ -147,7 +153,11 @@ def test_each_part_sees_its_inputs_with_its_agents_parameters(nets, critic, shar
     p = result.params["params"]
     agent = None if shared else np.arange(8) % A
     own = np.concatenate([obs["agent"], obs["obs"]], axis=-1).astype(np.float64)
-    np.testing.assert_allclose(pi.logits, linear64(p["actor"]["pi"], own, agent), rtol=1e-5, atol=1e-6)
+    logits = np.asarray(pi.logits)
+    assert (logits[1::2, 0] == MASKED_LOGIT).all()  # the trainer masks what your network outputs
+    allowed = np.asarray(obs["action_mask"])
+    np.testing.assert_allclose(logits[allowed], linear64(p["actor"]["pi"], own, agent)[allowed], rtol=1e-5,
+                               atol=1e-6)
     if critic == "centralized":
         world = np.asarray(obs["world_state"], np.float64)
         np.testing.assert_array_equal(world, np.repeat(np.asarray(obs["obs"]).reshape(4, -1), A, axis=0))
