@@ -17,6 +17,7 @@ for A times as many single-agent envs. What is multi-agent is here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from fusedrl.distributions import mask_policy
-from fusedrl.envs.multiagent import AGENT_ID, WORLD_STATE, TeamEnv
+from fusedrl.envs.multiagent import AGENT_ID, OBS, WORLD_STATE, TeamEnv
 from fusedrl.networks import ACTION_MASK, ActorCritic, RecurrentActorCritic
 from fusedrl.train.rollout import Transition
 
@@ -34,7 +35,7 @@ CRITICS = ("decentralized", "centralized")
 
 def check_config(config, team: TeamEnv | None) -> None:
     """The multi-agent fields against the env: `critic="centralized"` and `share_parameters=False`
-    need a multi-agent env, and (for now) a built-in network (the MLP, or its recurrent version)."""
+    need a multi-agent env, and the MLP (built-in, or recurrent) or your own network, not the CNN."""
     critic = config.critic
     shared = config.share_parameters
     if team is None:
@@ -48,35 +49,40 @@ def check_config(config, team: TeamEnv | None) -> None:
     if critic == "decentralized" and shared:
         return  # IPPO with one shared network: any network, recurrent too
     what = "critic='centralized'" if critic == "centralized" else "share_parameters=False"
-    if config.network is not None:
-        raise ValueError(f"{what} builds its networks from the built-in MLP; network={config.network!r} is "
-                         f"not supported with it yet: use network=None.")
+    if config.network == "cnn":
+        raise ValueError(f"{what} builds its networks from the built-in MLP or your own "
+                         f"(network='module:function'), not network='cnn': an agent's row holds flat vectors "
+                         f"(each observation flattened), with no image for a conv torso. Use network=None, "
+                         f"or your own network.")
 
 
 class AgentNetwork(nn.Module):
     """A batch of agent rows -> (pi, value), each over the rows [B].
 
     Attributes:
-      base: the actor-critic (`ActorCritic`, an unbound template) whose policy acts; it sees each
-        row's own observation and id (never `world_state`). Shared by all agents, or one per agent
-        (`shared=False`).
+      base: the actor-critic (`ActorCritic`, or your own network: an unbound template) whose policy
+        acts; it sees each row's own observation and id (never `world_state`). Shared by all agents,
+        or one per agent (`shared=False`).
       num_agents: A.
       shared: one set of parameters for every agent; else each agent's own (every parameter leaf
         gets a leading [A] axis; each row takes its agent's network, computed for all A on every
         row, then selected: A times the compute of one).
       centralized: value from a second actor-critic on the row's `world_state` and id (MAPPO);
         its policy head (and the actor's critic head) are parameters that get no gradient.
+      critic_base: with `centralized`, your own network built for the global state (else None: a
+        second `base`); it reads {"obs": world_state, "agent": id}, as the actor reads its own.
     """
 
     base: nn.Module
     num_agents: int
     shared: bool = True
     centralized: bool = False
+    critic_base: nn.Module | None = None
 
-    def _nets(self, name: str):
-        fields = {f: getattr(self.base, f) for f in self.base.__dataclass_fields__
-                  if f not in ("parent", "name")}
-        cls = type(self.base)
+    def _nets(self, name: str, base: nn.Module | None = None):
+        base = self.base if base is None else base
+        fields = {f: getattr(base, f) for f in base.__dataclass_fields__ if f not in ("parent", "name")}
+        cls = type(base)
         if not self.shared:
             cls = nn.vmap(cls, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
                           out_axes=0, axis_size=self.num_agents)
@@ -99,15 +105,25 @@ class AgentNetwork(nn.Module):
         if mask is not None:
             pi = mask_policy(pi, mask)
         if self.centralized:
-            central = {AGENT_ID: obs[AGENT_ID], WORLD_STATE: obs[WORLD_STATE]}
-            _, value = self._per_agent(self._nets("critic"), central, agent)
+            if self.critic_base is None:
+                central = {AGENT_ID: obs[AGENT_ID], WORLD_STATE: obs[WORLD_STATE]}
+                _, value = self._per_agent(self._nets("critic"), central, agent)
+            else:  # your network, built for the global state: it reads it as "obs"
+                central = {OBS: obs[WORLD_STATE], AGENT_ID: obs[AGENT_ID]}
+                _, value = self._per_agent(self._nets("critic", self.critic_base), central, agent)
         return pi, value
 
 
-def wrap_network(config, network: nn.Module, team: TeamEnv) -> nn.Module:
+def wrap_network(config, network: nn.Module, team: TeamEnv, example: dict[str, Any] | None = None,
+                 build: Callable[..., nn.Module] | None = None) -> nn.Module:
     """The trainer's network for a multi-agent env: `network` itself for IPPO with shared parameters,
-    else an `AgentNetwork` around it, or a `RecurrentAgentNetwork` in place of a recurrent one
-    (`check_config` has made sure it is a built-in actor-critic)."""
+    else an `AgentNetwork` around it, or a `RecurrentAgentNetwork` in place of a recurrent one.
+
+    Your own network (`config.network = "module:function"`) is built again with `build(obs_shape=...,
+    obs_example=...)` (`fusedrl.networks.build_network` with the trainer's action space) for what each
+    part reads, `example` being one batch of rows: the actor from an agent's observation, fed
+    {"obs", "agent"}; with `critic="centralized"` the critic from the global state, fed {"obs":
+    world_state, "agent"}."""
     centralized = config.critic == "centralized"
     shared = config.share_parameters
     if shared and not centralized:
@@ -115,8 +131,17 @@ def wrap_network(config, network: nn.Module, team: TeamEnv) -> nn.Module:
     if isinstance(network, RecurrentActorCritic):
         return RecurrentAgentNetwork(**_fields(network), num_agents=team.num_agents, shared=shared,
                                      centralized=centralized)
-    assert isinstance(network, ActorCritic), type(network)
-    return AgentNetwork(base=network, num_agents=team.num_agents, shared=shared, centralized=centralized)
+    agents = dict(num_agents=team.num_agents, shared=shared, centralized=centralized)
+    if isinstance(network, ActorCritic):
+        return AgentNetwork(base=network, **agents)
+    local = {k: v for k, v in example.items() if k not in (WORLD_STATE, ACTION_MASK)}
+    actor = build(obs_shape=tuple(local[OBS].shape[1:]), obs_example=local)
+    critic = None
+    if centralized:
+        world = example[WORLD_STATE]
+        central = {OBS: world, AGENT_ID: example[AGENT_ID]}
+        critic = build(obs_shape=tuple(world.shape[1:]), obs_example=central)
+    return AgentNetwork(base=actor, critic_base=critic, **agents)
 
 
 def _fields(module: nn.Module, cls: type | None = None) -> dict[str, Any]:

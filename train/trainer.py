@@ -12,6 +12,7 @@ draws the data flow.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -26,7 +27,13 @@ from fusedrl.distributions import Categorical, DiagGaussian, MultiCategorical, n
 from fusedrl.envs import Box, Discrete, MultiDiscrete, VecEnv, make, space_info
 from fusedrl.envs import wrappers as W
 from fusedrl.envs.multiagent import AgentsAsRows, is_multi_agent
-from fusedrl.metrics import EPISODE_METRICS, METRIC_NAMES, episode_values, has_episode  # re-exported
+from fusedrl.metrics import (  # re-exported
+    EPISODE_METRICS,
+    METRIC_NAMES,
+    agent_return_name,
+    episode_values,
+    has_episode,
+)
 from fusedrl.networks import RecurrentActorCritic, build_network, is_image
 from fusedrl.platform import choices_platform
 from fusedrl.train import multiagent as MA
@@ -171,10 +178,11 @@ class Trainer:
         else:
             flat = (batch, int(np.prod(obs_shape, dtype=np.int64)))  # FlattenObservation's
             example = jax.ShapeDtypeStruct(flat, jnp.float32)
-        self.network = build_network(config, action_dim=self.action_dim, discrete=self.discrete,
-                                     obs_shape=obs_shape, obs_example=example, nvec=self.nvec)
+        build = functools.partial(build_network, config, action_dim=self.action_dim, discrete=self.discrete,
+                                  nvec=self.nvec)
+        self.network = build(obs_shape=obs_shape, obs_example=example)
         if self.team is not None:
-            self.network = MA.wrap_network(config, self.network, self.team)
+            self.network = MA.wrap_network(config, self.network, self.team, example, build)
         self.recurrent = isinstance(self.network, RecurrentActorCritic)
         # What `env_fault` flags, bit i for field i: reward, an all-false action_mask row, then each
         # floating observation entry ("observation" for a flat one), in the order of the leaves.
@@ -437,7 +445,7 @@ class Trainer:
                               last_return=ret.astype(jnp.float32), last_length=length.astype(jnp.float32))
         if self.team is not None:  # each agent's own return too: episode_return_<agent>
             agent_return = MA.agent_returns(traj, self.num_agents, state.agent_return)
-            metrics.update({f"episode_return_{a}": agent_return[i] for i, a in enumerate(self.team.agents)})
+            metrics.update({agent_return_name(a): agent_return[i] for i, a in enumerate(self.team.agents)})
             state = state.replace(agent_return=agent_return)
         return state, metrics
 

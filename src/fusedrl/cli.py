@@ -566,6 +566,9 @@ def cmd_evaluate(args) -> int:
     for i, r in enumerate(ev["per_seed"]):
         print(f"  seed {i:>3}  {r:10.1f}")
     print(f"  mean      {ev['mean']:10.1f} +- {ev['std']:.1f}")
+    if ev.get("per_agent"):  # a multi-agent env: the team's return above, each agent's own here
+        each = ", ".join(f"{a} {sum(v) / len(v):.1f}" for a, v in ev["per_agent"].items())
+        print(f"  per agent (mean over seeds): {each}")
     from fusedrl.runs import EVAL_MAX_STEPS, evaluation_warnings
 
     for line in evaluation_warnings(ev["diverged_seeds"], ev["unfinished"], args.max_steps or EVAL_MAX_STEPS):

@@ -13,6 +13,7 @@ from fusedrl.distributions import no_allowed_action
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.envs.registry import on_register
 from fusedrl.envs.wrappers import ACTION_MASK
+from fusedrl.metrics import agent_return_name
 from fusedrl.train.config import OnPolicyConfig
 from fusedrl.train.ppo import make_train
 from fusedrl.train.state import TrainResult
@@ -35,8 +36,15 @@ def evaluate(
     greedy: bool = True,
     max_steps: int | None = None,
     trainer: Trainer | None = None,
-) -> jax.Array:
+    per_agent: bool = False,
+) -> jax.Array | dict[str, jax.Array]:
     """Returns of `num_episodes` episodes of the trained policy, float32 [num_episodes].
+
+    On a multi-agent env an episode's return is the team's: the episode's sum of the team reward
+    (the mean over agents of their rewards). With `per_agent`, a dict instead, named as the training
+    metrics are: {"episode_return": those team returns, "episode_return_<agent>": that agent's own
+    return in the same episodes, for each agent}, every entry shaped as the returns (a single-agent
+    env's: "episode_return" alone).
 
     Runs the episodes as `num_episodes` parallel envs until each has finished its first episode
     (a `lax.while_loop`, jittable). Observations are normalised with the run's final statistics,
@@ -91,14 +99,19 @@ def evaluate(
     if fault is not None and not isinstance(fault, jax.core.Tracer) and jax.device_get(fault).any():
         (trainer or make_train(config)).check(result)  # raises, naming the field and the update
     bound = jax.device_put(np.int32(-1 if max_steps is None else max_steps))
-    program = _evaluator(config, num_episodes, greedy, trainer)
-    returns, no_action = program(result.replace(metrics={}), key, bound)
+    if not isinstance(per_agent, bool):
+        raise TypeError(f"per_agent must be True (a dict with each agent's returns too) or False (the "
+                        f"returns), got {per_agent!r}.")
+    program, agents = _evaluator(config, num_episodes, greedy, trainer)
+    returns, rows, no_action = program(result.replace(metrics={}), key, bound)
     if not isinstance(no_action, jax.core.Tracer) and jax.device_get(no_action).any():
         raise ValueError(
             f"{config.env_id}: an observation's {ACTION_MASK} allowed no action during the evaluation "
             f"(the policy would take a masked one). Every observation's {ACTION_MASK} must allow at "
             f"least one action (of each component, for MultiDiscrete).")
-    return returns
+    if not per_agent:
+        return returns
+    return {"episode_return": returns, **{agent_return_name(a): rows[..., i] for i, a in enumerate(agents)}}
 
 
 def _check_env_params(config: OnPolicyConfig, result: TrainResult) -> None:
@@ -138,25 +151,30 @@ def check_evaluate_args(num_episodes, greedy, max_steps) -> tuple[int, bool, int
     return int(num_episodes), greedy, None if max_steps is None else int(max_steps)
 
 
-#: `evaluate`'s programs of the latest (config, num_episodes, greedy).
+#: `evaluate`'s programs (and the env's agents) of the latest (config, num_episodes, greedy).
 _EVALUATORS: dict[tuple[OnPolicyConfig, int, bool], Any] = {}
 
 
 def _evaluator(config: OnPolicyConfig, num_episodes: int, greedy: bool, trainer: Trainer | None = None):
-    """`evaluate`'s program: (result, key, max_steps) -> returns. `max_steps` (an int32; < 0: no
-    bound) is traced: one program serves every bound. `greedy` stays a constant: a program that could
-    do both would compile the sampling into every greedy evaluation too. Built from `trainer`, or
-    from `make_train(config)` when not given, once per (config, num_episodes, greedy)."""
+    """(`evaluate`'s program, the agents of a multi-agent env: () for one agent). The program:
+    (result, key, max_steps) -> (returns [..., E], each agent's [..., E, A], no_action).
+    `max_steps` (an int32; < 0: no bound) is traced: one program serves every bound. `greedy` stays
+    a constant: a program that could do both would compile the sampling into every greedy evaluation
+    too. Built from `trainer`, or from `make_train(config)` when not given, once per (config,
+    num_episodes, greedy)."""
     cache_key = (config, num_episodes, greedy)
     if cache_key not in _EVALUATORS:
         trainer = trainer or make_train(config)
 
         def run(result, key, max_steps):
-            return _evaluate_any(trainer, result, key, num_episodes, greedy, max_steps)
+            rows, no_action = _evaluate_any(trainer, result, key, num_episodes, greedy, max_steps)
+            # A multi-agent env's episode return is the team's: the mean of its agents' own returns.
+            return rows.mean(axis=-1), rows, no_action
 
         if len(_EVALUATORS) >= 16:
             _EVALUATORS.pop(next(iter(_EVALUATORS)))
-        _EVALUATORS[cache_key] = jax.jit(run)
+        agents = () if trainer.team is None else tuple(trainer.team.agents)
+        _EVALUATORS[cache_key] = (jax.jit(run), agents)
     _EVALUATORS[cache_key] = _EVALUATORS.pop(cache_key)  # the latest used last: the first to go is the oldest
     return _EVALUATORS[cache_key]
 
@@ -166,7 +184,7 @@ on_register(lambda env_id: _EVALUATORS.clear())  # a replaced env: rebuild the e
 
 def _evaluate_any(trainer: Trainer, result: TrainResult, key: jax.Array, num_episodes: int, greedy: bool,
                   max_steps=None):
-    """`_evaluate` of one result, or of each seed's slice of a vmapped one."""
+    """`_evaluate` of one result, or of each seed's slice of a vmapped one: returns [..., E, A]."""
     single_state = jax.eval_shape(trainer.init, jax.random.key(0))
     seed_axes = _check_fits(trainer.config, result, single_state)  # 1: vmapped, one agent per seed
     if seed_axes > 1:  # a sweep's runs [seed, *axes]: evaluate them as one flat run axis
@@ -224,11 +242,12 @@ def _layers(params) -> list[str]:
 
 
 def _evaluate(trainer: Trainer, result: TrainResult, key, num_episodes: int, greedy: bool, max_steps=None):
-    """(returns [num_episodes], whether an action_mask row allowed no action in a running episode)."""
+    """(each agent's returns [num_episodes, A] (A = 1 for a single-agent env), whether an action_mask
+    row allowed no action in a running episode)."""
     venv, obs, env_state, key = eval_reset(trainer, result, key, num_episodes)
     returns, no_action = _episode_loop(trainer, result, venv, obs, env_state, key, greedy, max_steps)
-    # A multi-agent env's episode is its agents' rows (env-major): its return is the team's, their mean.
-    return returns.reshape(num_episodes, trainer.num_agents).mean(axis=-1), no_action
+    # A multi-agent env's episode is its agents' rows, env-major (row n * A + a: env n, agent a).
+    return returns.reshape(num_episodes, trainer.num_agents), no_action
 
 
 def eval_reset(trainer: Trainer, result: TrainResult, key, num_episodes: int):

@@ -17,28 +17,44 @@ from typing import Any
 
 import numpy as np
 
-from fusedrl.metrics import EPISODE_METRICS, METRIC_NAMES, has_episode
+from fusedrl.metrics import METRIC_NAMES, agent_return_names, has_episode, is_episode_metric
 
-# Column order of metrics.csv: identifiers first, then the trainer's metrics.
+# Column order of metrics.csv: identifiers first, then the trainer's metrics; a multi-agent env's
+# runs add each agent's return at the end (`csv_columns`).
 CSV_COLUMNS = ("update", "seed", "env_steps") + tuple(m for m in METRIC_NAMES if m != "env_steps")
 
 
-def format_rows(rows: Sequence[Mapping[str, float]], *, header: bool) -> str:
-    """CSV text of `rows` (in `CSV_COLUMNS` order), with the header line if `header`. A seed's
-    episode statistics before its first completed episode (0.0 in the metrics: `has_episode`) are
-    left empty, so that no reader takes them for a return of 0.0 (read as NaN by pandas)."""
+def csv_columns(names: Sequence[str] = ()) -> tuple[str, ...]:
+    """metrics.csv's columns for a run whose metrics are `names`: `CSV_COLUMNS`, then one column per
+    agent of a multi-agent env (`episode_return_<agent>`, in `agent_return_names`' order)."""
+    return CSV_COLUMNS + agent_return_names(names)
+
+
+def format_rows(rows: Sequence[Mapping[str, float]], *, header: bool,
+                columns: Sequence[str] | None = None) -> str:
+    """CSV text of `rows` in `columns` order (default: `csv_columns` of the first row's names), with
+    the header line if `header`. A seed's episode statistics (its per-agent returns too) before its
+    first completed episode (0.0 in the metrics: `has_episode`) are left empty, so that no reader
+    takes them for a return of 0.0 (read as NaN by pandas)."""
+    if columns is None:
+        columns = csv_columns(rows[0] if rows else ())
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     if header:
         writer.writeheader()
-    writer.writerows(row if has_episode(row) else {**row, **dict.fromkeys(EPISODE_METRICS, "")}
-                     for row in rows)
+    writer.writerows(row if has_episode(row) else _blank_episode_metrics(row) for row in rows)
     return buf.getvalue()
 
 
+def _blank_episode_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: "" if is_episode_metric(k) else v for k, v in row.items()}
+
+
 def metrics_to_rows(metrics: Mapping[str, np.ndarray], *, first_update: int = 1) -> list[dict]:
-    """Rows, one per update and seed (update-major), from metrics shaped [num_seeds, U] or [U]."""
-    arrays = {k: np.asarray(v) for k, v in metrics.items() if k in METRIC_NAMES}
+    """Rows, one per update and seed (update-major), from metrics shaped [num_seeds, U] or [U]: the
+    logged metrics (`METRIC_NAMES` and each agent's return), not the trainer's internal ones."""
+    logged = set(METRIC_NAMES) | set(agent_return_names(metrics))
+    arrays = {k: np.asarray(v) for k, v in metrics.items() if k in logged}
     ref = arrays["env_steps"]
     if ref.ndim == 1:
         arrays = {k: v[None] for k, v in arrays.items()}
@@ -53,11 +69,16 @@ def metrics_to_rows(metrics: Mapping[str, np.ndarray], *, first_update: int = 1)
 
 
 class CSVLogger:
-    """Appends whole rows to `path` as they arrive (flushed per update, never a partial row)."""
+    """Appends whole rows to `path` as they arrive (flushed per update, never a partial row).
+
+    The columns are `csv_columns` of the first rows' metrics, the same for every update; a resumed
+    run appends to the file `fusedrl.run_folder.resume_point` wrote from the same metrics, so its
+    header holds."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._file = None
+        self._columns: tuple[str, ...] | None = None
 
     def log(self, update: int, rows: Sequence[Mapping[str, float]]) -> None:
         if self._file is None:
@@ -66,8 +87,10 @@ class CSVLogger:
             header = new
         else:
             header = False
+        if self._columns is None:
+            self._columns = csv_columns(rows[0] if rows else ())
         # One write per update: the text is built first, so an error cannot split a row.
-        self._file.write(format_rows(rows, header=header))
+        self._file.write(format_rows(rows, header=header, columns=self._columns))
         self._file.flush()
 
     def close(self) -> None:
@@ -175,4 +198,4 @@ def _without_placeholders(row: Mapping[str, Any]) -> dict[str, Any]:
     with episode_length 0 then, which is no episode's return); metrics.csv leaves them empty."""
     if has_episode(row):
         return dict(row)
-    return {k: v for k, v in row.items() if k not in EPISODE_METRICS}
+    return {k: v for k, v in row.items() if not is_episode_metric(k)}

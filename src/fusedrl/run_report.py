@@ -19,7 +19,7 @@ from fusedrl._argtypes import MAX_KEY_SEED, seed_error
 from fusedrl.bridge import evaluate as evaluate_on_host
 from fusedrl.envs.host import is_host_env_id
 from fusedrl.evaluation import EVAL_MAX_STEPS, evaluate
-from fusedrl.metrics import has_episode
+from fusedrl.metrics import AGENT_RETURN_PREFIX, has_episode
 from fusedrl.plotting import plot_learning_curve
 from fusedrl.progress import hold_interrupt
 from fusedrl.run_driver import Trained
@@ -59,9 +59,10 @@ def report(config: OnPolicyConfig, options: RunOptions, path: Path | None, train
             save_results(path, config, options, jax.device_get(result.metrics), result, summary)
         summary["status"] = "evaluating"
         t = time.perf_counter()
-        returns = evaluate_seeds(config, result, eval_key(options), options.eval_episodes,
-                                 progress_file=progress_file, max_steps=EVAL_MAX_STEPS,
-                                 trainer=trained.trainer)
+        evaluated = evaluate_seeds(config, result, eval_key(options), options.eval_episodes,
+                                   progress_file=progress_file, max_steps=EVAL_MAX_STEPS,
+                                   trainer=trained.trainer, per_agent=True)
+        returns = evaluated.pop("episode_return")
         per_seed = returns.mean(axis=1)
         diverged = diverged_seeds(result)
         last = {k: np.asarray(result.metrics[k])[:, -1] for k in ("episode_return", "episode_length")}
@@ -79,6 +80,15 @@ def report(config: OnPolicyConfig, options: RunOptions, path: Path | None, train
             diverged_seeds=diverged,
             final_train_return_per_seed=last_train,
         )
+        if evaluated:  # a multi-agent env: each agent's own returns too, as for the team above
+            agents = {name: name[len(AGENT_RETURN_PREFIX):] for name in evaluated}
+            summary["eval_return_per_agent"] = {
+                agent: [round(float(x), 3) for x in evaluated[name].mean(axis=1)]
+                for name, agent in agents.items()}
+            summary["final_train_return_per_agent"] = {
+                agent: [round(float(x), 3) if e else None for x, e in zip(
+                    np.asarray(result.metrics[name])[:, -1], has_episode(last), strict=True)]
+                for name, agent in agents.items()}
         if path is not None:
             title = f"{config.env_id}, {options.num_seeds} seed(s)"
             plot_learning_curve(result.metrics, path / CURVE_FILE, title=title)
@@ -122,18 +132,22 @@ def unfinished_episodes(returns: np.ndarray, diverged: Sequence[int]) -> int:
 
 def evaluate_seeds(config: OnPolicyConfig, result: TrainResult, key: jax.Array, num_episodes: int, *,
                    progress_file=None, greedy: bool = True, max_steps: int | None = None,
-                   trainer=None) -> np.ndarray:
+                   trainer=None, per_agent: bool = False) -> np.ndarray | dict[str, np.ndarray]:
     """Greedy (or, with greedy=False, sampled) returns [num_seeds, num_episodes] of a result whose
     leaves have a seed axis; each seed gets its own key split from `key` (as `fusedrl.evaluate`
     does), also on the host bridge. `progress_file`: where a Ctrl-C held while evaluating is noted
     (default stderr). `max_steps`: see `fusedrl.evaluate` (the host bridge bounds its episodes by
     the env's time limit, or 100,000 steps, instead). `trainer`: the fused trainer of `config`
-    that trained the result, if at hand (its env serves the evaluation: none is built again)."""
+    that trained the result, if at hand (its env serves the evaluation: none is built again).
+    `per_agent`: a dict as `fusedrl.evaluate(per_agent=True)` returns, each entry [num_seeds,
+    num_episodes] (a Gymnasium env's: "episode_return" alone)."""
     if not is_host_env_id(config.env_id):
         with hold_interrupt("evaluating", progress_file):  # it compiles first: see hold_interrupt
-            returns = np.asarray(evaluate(config, result, key, num_episodes, greedy=greedy,
-                                          max_steps=max_steps, trainer=trainer))
-        return returns[None] if returns.ndim == 1 else returns
+            out = evaluate(config, result, key, num_episodes, greedy=greedy, max_steps=max_steps,
+                           trainer=trainer, per_agent=True)
+        out = {k: np.asarray(v) for k, v in out.items()}
+        out = {k: v[None] if v.ndim == 1 else v for k, v in out.items()}
+        return out if per_agent else out["episode_return"]
 
     num_seeds = jax.tree.leaves(result.params)[0].shape[0]
     keys = jax.random.split(key, num_seeds)
@@ -142,7 +156,7 @@ def evaluate_seeds(config: OnPolicyConfig, result: TrainResult, key: jax.Array, 
         one = TrainResult(state=jax.tree.map(lambda x, i=i: x[i], result.state), metrics={},
                           hparams=result.hparams)
         returns.append(np.asarray(evaluate_on_host(config, one, keys[i], num_episodes, greedy=greedy)))
-    return np.stack(returns)
+    return {"episode_return": np.stack(returns)} if per_agent else np.stack(returns)
 
 
 def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
@@ -178,13 +192,19 @@ def evaluate_run(run_dir: str | os.PathLike, *, num_episodes: int | None = None,
         raise type(e)(f"{e}\n(process {holder or '?'} is training this run: its checkpoint may have been "
                       f"replaced while it was read; try again.)") from None
     result = TrainResult(state=state, metrics={}, hparams=hparams)
-    returns = evaluate_seeds(config, result, key, num_episodes, greedy=greedy, max_steps=max_steps)
+    evaluated = evaluate_seeds(config, result, key, num_episodes, greedy=greedy, max_steps=max_steps,
+                               per_agent=True)
+    returns = evaluated.pop("episode_return")
     per_seed = returns.mean(axis=1)
     diverged = diverged_seeds(result)
-    return {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
-            "episodes": num_episodes, "update": int(np.ravel(state.update)[0]),
-            "num_updates": config.num_updates, "unfinished": unfinished_episodes(returns, diverged),
-            "diverged_seeds": diverged, "status": status, "holder": holder or None}
+    out = {"per_seed": per_seed.tolist(), "mean": float(per_seed.mean()), "std": float(per_seed.std()),
+           "episodes": num_episodes, "update": int(np.ravel(state.update)[0]),
+           "num_updates": config.num_updates, "unfinished": unfinished_episodes(returns, diverged),
+           "diverged_seeds": diverged, "status": status, "holder": holder or None}
+    if evaluated:  # a multi-agent env: each agent's own return per seed
+        out["per_agent"] = {name[len(AGENT_RETURN_PREFIX):]: v.mean(axis=1).tolist()
+                            for name, v in evaluated.items()}
+    return out
 
 
 def evaluation_warnings(diverged: Sequence[int] | None, unfinished: int | None,
@@ -212,6 +232,9 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         lines.append(f"  {i:>4}  {ev:>13.1f}  {train_text:>17}")
     lines.append(f"  {'mean':>4}  {summary['eval_return_mean']:>8.1f} +- {summary['eval_return_std']:<.1f}"
                  f"   ({summary['eval_episodes']} greedy episodes per seed)")
+    if summary.get("eval_return_per_agent"):  # a multi-agent env: the team's above, each agent's here
+        each = ", ".join(f"{a} {np.mean(v):.1f}" for a, v in summary["eval_return_per_agent"].items())
+        lines.append(f"  greedy return per agent (mean over seeds): {each}")
     lines += evaluation_warnings(summary.get("diverged_seeds"), summary.get("eval_unfinished_episodes"),
                                  summary.get("eval_max_steps"))
     compile_s = summary["compile_seconds"]
