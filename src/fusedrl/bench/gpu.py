@@ -705,8 +705,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for env in ENVS:
         # The one-agent row (with its probe) in one process, then each vmapped row in its own, so
         # that every peak is the row's own and an out-of-memory ends only that row.
+        # per agent count: float32, then its -vr twin, then bfloat16 (and its twin)
         for name in sorted((r for r in training if parse_row(r)["env"] == env),
-                           key=lambda r: (parse_row(r)["agents"], r)):
+                           key=lambda r: (parse_row(r)["agents"], "-bf16" in r, r)):
             for row in run_group("train", env, [name], args.smoke, args.timeout, env_vars,
                                  total_timesteps=args.total_timesteps):
                 emit(row)
@@ -794,7 +795,9 @@ def run_capacity_predicted(name: str, row_name, tries: list[int], args, env_vars
     for row in ours:
         emit({**row, "capacity": True})
     fits["fusedrl"] = max((r["agents"] for r in ours if r.get("fits")), default=None)
-    if args.purejaxrl_src and parse_row(name)["compute_dtype"] == "float32":
+    spec = parse_row(name)
+    # PureJaxRL has no bfloat16 mode and no -vr choice: its side runs with the plain capacity row
+    if args.purejaxrl_src and spec["compute_dtype"] == "float32" and not spec["value_in_rollout"]:
         ask = json.dumps({"agents": tries, "limit": limit})
         out = run_purejaxrl(env, tries[0], args.smoke, args, {**quiet, "FUSEDRL_PUREJAXRL_PREDICT": ask},
                             attempts=1, total_timesteps=args.capacity_length)
@@ -829,7 +832,10 @@ def predicted_capacity_summary(results: list[dict[str, Any]]) -> list[str]:
     for name in dict.fromkeys(r["row"] for r in results if r.get("capacity") and r.get("kind") == "predict"):
         best = {}
         for impl in ("fusedrl", "purejaxrl"):
-            tries = [r for r in results if r["row"] == name and r.get("impl") == impl
+            source = name
+            if impl == "purejaxrl" and not any(r["row"] == name and r.get("impl") == impl for r in results):
+                source = name.removesuffix(VALUE_IN_ROLLOUT)  # the plain row's PureJaxRL side
+            tries = [r for r in results if r["row"] == source and r.get("impl") == impl
                      and r.get("kind") == "predict"]
             if not tries:
                 continue
@@ -840,7 +846,7 @@ def predicted_capacity_summary(results: list[dict[str, Any]]) -> list[str]:
             fit = [r for r in tries if r["fits"]]
             over = [r for r in tries if not r["fits"]]
             top = max(fit, key=lambda r: r["agents"]) if fit else None
-            run = next((r for r in results if r["row"] == name and r.get("impl") == impl
+            run = next((r for r in results if r["row"] == source and r.get("impl") == impl
                         and r.get("capacity_predicted") and top and r.get("agents") == top["agents"]), None)
             length = tries[0]["total_timesteps"]
             what = (f"{top['agents']:,} agents predicted to fit at {length:,} env steps per agent "
@@ -860,7 +866,8 @@ def predicted_capacity_summary(results: list[dict[str, Any]]) -> list[str]:
                 timing = (f"; {_rate(run['steps_per_s'])} steps/s at {run['total_timesteps']:,} env steps "
                           f"per agent ({label}; peak {_mib(run['peak_bytes'])} MiB)")
             best[impl] = (top, run, bool(over))
-            lines.append(f"{name}, {impl}: {what}; {end}{timing}")
+            if source == name:  # the plain row's PureJaxRL line is printed with that row
+                lines.append(f"{name}, {impl}: {what}; {end}{timing}")
         if all(best.get(i, (None,))[0] for i in ("fusedrl", "purejaxrl")):
             (ours, our_run, our_over), (theirs, their_run, their_over) = best["fusedrl"], best["purejaxrl"]
             bound = "" if our_over and their_over else " (a bound: a side with no misfit may hold more)"
