@@ -14,7 +14,7 @@
 #
 # Needs .whl/ (gymnax, gymnasium, farama-notifications, six), .whl/peers/ (PureJaxRL's dependencies),
 # .whl/fw/ (fusedrl's own wheel) and .whl/purejaxrl-src/. Every step runs under `timeout`, within
-# one budget for the whole script (GPU_SESSION_BUDGET seconds, default 520); a step that would not
+# one budget for the whole script (GPU_SESSION_BUDGET seconds, default 560); a step that would not
 # fit in what is left is skipped and says so. Each step's output goes to its own file under $OUT
 # (8 files with the summary; the machine returns at most 8). PYTHON names the interpreter
 # (default python3); GPU_SESSION_SCALE multiplies every limit (a dry run on a slower CPU);
@@ -34,7 +34,7 @@ ROOT=$PWD
 PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/gpu-session-out}
 WORK=${GPU_SESSION_TMP:-/tmp/gpu-session}
-BUDGET=${GPU_SESSION_BUDGET:-520}
+BUDGET=${GPU_SESSION_BUDGET:-560}
 [ -n "$PRESETS" ] && BUDGET=${GPU_PRESETS_BUDGET:-240}
 SCALE=${GPU_SESSION_SCALE:-1}  # multiplies every step's limits: a dry run on a slow CPU
 START=$(date +%s)
@@ -163,9 +163,9 @@ step speed-cartpole 110 40 bench.log "${BENCH[@]}" --rows "cartpole-$CA,cartpole
 # compiled (not run) at $CAP_LENGTH steps per agent until XLA's memory analysis passes the device's
 # memory, then the largest fit per side trained $T_CAPACITY steps for its steps/s; the -vr row is
 # ours with value_in_rollout (PureJaxRL's side runs once, with the plain row).
-step capacity 170 60 capacity.log "${BENCH[@]}" --rows capacity-breakout,capacity-breakout-vr \
+step capacity 220 60 capacity.log "${BENCH[@]}" --rows capacity-breakout,capacity-breakout-vr \
   --capacity-start "$CAP_START" --capacity-max "$CAP_MAX" --capacity-length "$CAP_LENGTH" "${CAP_MEMORY[@]}" \
-  --total-timesteps "$T_CAPACITY" --timeout $((120 * SCALE)) --peer-timeout $((100 * SCALE))
+  --total-timesteps "$T_CAPACITY" --timeout $((150 * SCALE)) --peer-timeout $((120 * SCALE))
 
 # Where the device time goes, per phase (a jax.profiler trace of $UPDATES updates of each).
 step profile 100 50 profile.log "${BENCH[@]:0:4}" $SMOKE --profile "breakout-$BA,cartpole-$CA" \
