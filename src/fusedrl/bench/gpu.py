@@ -948,9 +948,11 @@ def summarize(results: list[dict[str, Any]]) -> list[str]:
         off = name.removesuffix(VALUE_IN_ROLLOUT)
         if off != name and off in ours:
             o = ours[off]
-            memory = ("" if r["peak_bytes"] is None or o["peak_bytes"] is None else
-                      f", peak memory {_mib(r['peak_bytes'])} MiB vs {_mib(o['peak_bytes'])} MiB "
-                      f"({(r['peak_bytes'] - o['peak_bytes']) / 2**20 / r['agents']:+,.1f} MiB per agent)")
+            memory = ""
+            for what, field in (("peak memory", "peak_bytes"), ("XLA's memory analysis", "predicted_bytes")):
+                if r.get(field) is not None and o.get(field) is not None:
+                    memory += (f", {what} {_mib(r[field])} MiB vs {_mib(o[field])} MiB "
+                               f"({(r[field] - o[field]) / 2**20 / r['agents']:+,.1f} MiB per agent)")
             lines.append(f"{name}: value_in_rollout on/off steps/s {r['steps_per_s'] / o['steps_per_s']:.2f}x"
                          f"{memory}")
     lines += capacity_summary(results)
