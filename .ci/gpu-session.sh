@@ -47,7 +47,7 @@ export PIP_NO_INDEX=1 PYTHONUNBUFFERED=1
 
 if [ -n "$SMOKE" ]; then  # tiny sizes with the same row kinds: a dry run of every command
   BA=2; CA=3; CAP_START=2; CAP_MAX=4; T_BREAKOUT=256; T_CARTPOLE=256; T_CAPACITY=256; UPDATES=1
-  CAP_LENGTH=1024000; CAP_MEMORY=(--device-memory-mib 4)  # XLA:CPU keeps no bytes_limit: a stand-in
+  CAP_LENGTH=1024000; CAP_MEMORY=(--device-memory-mib 8)  # XLA:CPU keeps no bytes_limit: a stand-in
 else
   # Speed rows: 50 Breakout updates (105M env steps at 256 agents) and 200 CartPole updates (210M at
   # 2048 agents): steps/s is timed without the compile, so shorter runs than the configs' give it.
