@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One prepared session on the project's GPU machine (docs/gpu.md, "Running the benchmark on the
-# project's GPU machine"): installs the carried wheels, runs the accelerator tests, the phase
-# breakdown of Breakout x256 and CartPole x2048, then fusedrl beside PureJaxRL (speed rows, bf16,
-# the capacity row, an XLA flag), XLA's cost analysis per env step, and prints a short summary last.
+# project's GPU machine"): installs the carried wheels, then, most wanted first: fusedrl beside
+# PureJaxRL at Breakout x256 and CartPole x2048 (ours with and without Tuning(value_in_rollout=True),
+# Breakout at bf16 too), the Breakout capacity judged at the run's full length (1e7 steps per agent)
+# from XLA's memory analysis and timed at a short run (both sides; ours with value_in_rollout too),
+# the phase breakdown of Breakout x256 and CartPole x2048, XLA's cost analysis per env step, the
+# accelerator tests, and prints a short summary last.
 #
 #   bash .ci/gpu-session.sh            # on the GPU machine, from the checkout's root, .whl carried
 #   bash .ci/gpu-session.sh --smoke    # the same steps at tiny sizes: a dry run on a CPU
@@ -11,7 +14,7 @@
 #
 # Needs .whl/ (gymnax, gymnasium, farama-notifications, six), .whl/peers/ (PureJaxRL's dependencies),
 # .whl/fw/ (fusedrl's own wheel) and .whl/purejaxrl-src/. Every step runs under `timeout`, within
-# one budget for the whole script (GPU_SESSION_BUDGET seconds, default 520); a step that would not
+# one budget for the whole script (GPU_SESSION_BUDGET seconds, default 560); a step that would not
 # fit in what is left is skipped and says so. Each step's output goes to its own file under $OUT
 # (8 files with the summary; the machine returns at most 8). PYTHON names the interpreter
 # (default python3); GPU_SESSION_SCALE multiplies every limit (a dry run on a slower CPU);
@@ -31,7 +34,7 @@ ROOT=$PWD
 PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/gpu-session-out}
 WORK=${GPU_SESSION_TMP:-/tmp/gpu-session}
-BUDGET=${GPU_SESSION_BUDGET:-520}
+BUDGET=${GPU_SESSION_BUDGET:-560}
 [ -n "$PRESETS" ] && BUDGET=${GPU_PRESETS_BUDGET:-240}
 SCALE=${GPU_SESSION_SCALE:-1}  # multiplies every step's limits: a dry run on a slow CPU
 START=$(date +%s)
@@ -44,11 +47,15 @@ export PIP_NO_INDEX=1 PYTHONUNBUFFERED=1
 
 if [ -n "$SMOKE" ]; then  # tiny sizes with the same row kinds: a dry run of every command
   BA=2; CA=3; CAP_START=2; CAP_MAX=4; T_BREAKOUT=256; T_CARTPOLE=256; T_CAPACITY=256; UPDATES=1
+  CAP_LENGTH=1024000; CAP_MEMORY=(--device-memory-mib 8)  # XLA:CPU keeps no bytes_limit: a stand-in
 else
   # Speed rows: 50 Breakout updates (105M env steps at 256 agents) and 200 CartPole updates (210M at
   # 2048 agents): steps/s is timed without the compile, so shorter runs than the configs' give it.
-  BA=256; CA=2048; CAP_START=1024; CAP_MAX=4096; T_BREAKOUT=409600; T_CARTPOLE=102400; T_CAPACITY=32768
-  UPDATES=4
+  # Capacity: each side's program compiled at Breakout's full 1e7 steps per agent and judged
+  # against the device's memory (bytes_limit at XLA_PYTHON_CLIENT_MEM_FRACTION .95), 512 agents
+  # doubling; the largest fit is timed at 32,768 steps (4 updates).
+  BA=256; CA=2048; CAP_START=512; CAP_MAX=16384; T_BREAKOUT=409600; T_CARTPOLE=102400; T_CAPACITY=32768
+  UPDATES=4; CAP_LENGTH=10000000; CAP_MEMORY=()
 fi
 
 elapsed() { echo $(( $(date +%s) - START )); }
@@ -142,37 +149,40 @@ if [ -n "$PRESETS" ]; then
 fi
 # ---- end of the bf16 presets block ----
 
-# The tests of the program an accelerator runs (they run from the checkout, fusedrl from the wheel).
-step tests 100 60 tests.log env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PY" -m pytest -p no:cacheprovider \
-  -o addopts="--import-mode=importlib" -q -x "$ROOT/tests/test_accelerator_path.py"
-
 cd "$WORK" || exit 1  # Python from outside the checkout: its envs/ and train/ are not the package
 
-# Where the device time goes, per phase (a jax.profiler trace of $UPDATES updates of each).
-step profile 150 60 profile.log "${BENCH[@]:0:4}" $SMOKE --profile "breakout-$BA,cartpole-$CA" \
-  --profile-updates "$UPDATES"
-
-# Speed, ours beside PureJaxRL in the same run: Breakout x256 at float32 and bfloat16, CartPole x2048.
-step speed-breakout 150 60 bench.log "${BENCH[@]}" --rows "breakout-$BA,breakout-$BA-bf16" \
+# Speed, ours beside PureJaxRL in the same run: Breakout x256 at float32, with value_in_rollout
+# (the -vr row: no next_obs buffer, a critic pass per rollout step) and at bfloat16; CartPole x2048
+# with and without value_in_rollout. Each row is a fresh process; ours, PureJaxRL's, then ours -vr.
+step speed-breakout 170 60 bench.log "${BENCH[@]}" --rows "breakout-$BA,breakout-$BA-vr,breakout-$BA-bf16" \
   --total-timesteps "$T_BREAKOUT" --timeout $((140 * SCALE)) --peer-timeout $((120 * SCALE))
-step speed-cartpole 90 40 bench.log "${BENCH[@]}" --rows "cartpole-$CA" --total-timesteps "$T_CARTPOLE" \
-  --timeout $((80 * SCALE)) --peer-timeout $((70 * SCALE))
+step speed-cartpole 110 40 bench.log "${BENCH[@]}" --rows "cartpole-$CA,cartpole-$CA-vr" \
+  --total-timesteps "$T_CARTPOLE" --timeout $((80 * SCALE)) --peer-timeout $((70 * SCALE))
 
-# Capacity: Breakout agents doubling from $CAP_START until out of device memory, both sides.
-step capacity 170 60 capacity.log "${BENCH[@]}" --rows capacity-breakout --capacity-start "$CAP_START" \
-  --capacity-max "$CAP_MAX" --total-timesteps "$T_CAPACITY" --timeout $((80 * SCALE)) --peer-timeout $((80 * SCALE))
+# Capacity at the run's real length: Breakout agents doubling from $CAP_START, each side's program
+# compiled (not run) at $CAP_LENGTH steps per agent until XLA's memory analysis passes the device's
+# memory, then the largest fit per side trained $T_CAPACITY steps for its steps/s; the -vr row is
+# ours with value_in_rollout (PureJaxRL's side runs once, with the plain row).
+step capacity 220 60 capacity.log "${BENCH[@]}" --rows capacity-breakout,capacity-breakout-vr \
+  --capacity-start "$CAP_START" --capacity-max "$CAP_MAX" --capacity-length "$CAP_LENGTH" "${CAP_MEMORY[@]}" \
+  --total-timesteps "$T_CAPACITY" --timeout $((150 * SCALE)) --peer-timeout $((120 * SCALE))
 
-# An XLA flag that MuJoCo Playground reports faster on some GPUs, on Breakout x256 (ours alone;
-# compare with speed-breakout's float32 row, same sizes).
-step xla-triton-gemm 70 40 xla.log "${BENCH[@]:0:4}" $SMOKE --rows "breakout-$BA" \
-  --total-timesteps "$T_BREAKOUT" --xla-flags=--xla_gpu_triton_gemm_any=True --timeout $((65 * SCALE))
+# Where the device time goes, per phase (a jax.profiler trace of $UPDATES updates of each).
+step profile 100 50 profile.log "${BENCH[@]:0:4}" $SMOKE --profile "breakout-$BA,cartpole-$CA" \
+  --profile-updates "$UPDATES"
 
 # XLA's cost analysis of one update per env step on the device (flops, bytes accessed, by phase:
 # rollout / targets / learn), beside the CPU's in docs/gpu.md's "Less work per sample"; into
 # profile.log (the machine returns at most 8 files).
 COST_ROWS=cartpole,breakout
 [ -n "$SMOKE" ] && COST_ROWS=cartpole
-step cost 90 40 profile.log "$PY" -m fusedrl.bench.cost --rows "$COST_ROWS" --agents 2
+step cost 70 40 profile.log "$PY" -m fusedrl.bench.cost --rows "$COST_ROWS" --agents 2
+
+# The tests of the program an accelerator runs (they run from the checkout, fusedrl from the wheel);
+# they passed on the H200 twice (docs/gpu.md), so they come last, when the budget allows.
+cd "$ROOT" || exit 1
+step tests 100 60 tests.log env XLA_PYTHON_CLIENT_PREALLOCATE=false "$PY" -m pytest -p no:cacheprovider \
+  -o addopts="--import-mode=importlib" -q -x "$ROOT/tests/test_accelerator_path.py"
 
 {
   echo
@@ -180,9 +190,9 @@ step cost 90 40 profile.log "$PY" -m fusedrl.bench.cost --rows "$COST_ROWS" --ag
   cat "$SUMMARY"
   echo
   grep -h -E "^(breakout|cartpole|capacity)[^ ]* +(fusedrl|purejaxrl) " "$OUT/bench.log" "$OUT/capacity.log" \
-    "$OUT/xla.log" 2>/dev/null
+    2>/dev/null
   echo
-  grep -h -E ": fusedrl/PureJaxRL|bfloat16/float32|device time per phase|of 'other'|GROWS|^capacity-[^ ]+, " \
+  grep -h -E ": fusedrl/PureJaxRL|bfloat16/float32|value_in_rollout on/off|XLA's memory analysis|device time per phase|of 'other'|GROWS|^capacity-[^ ]+[,:] " \
     "$OUT/profile.log" "$OUT/bench.log" "$OUT/capacity.log" 2>/dev/null
   grep -h -E "^# jax .*compute_dtype|^(cartpole|breakout) +[0-9]+ +[0-9]+ +flops" "$OUT/profile.log" 2>/dev/null
 } | tee "$OUT/final.txt"

@@ -1378,7 +1378,7 @@ def test_gpu_bench_row_names_follow_agents_bf16_and_capacity():
                      "capacity-breakout", "cartpole-1", "cartpole-2048", "cartpole-2048-bf16",
                      "capacity-cartpole", "envs-breakout", "envs-cartpole"]
     assert gpu.parse_row("breakout-512-bf16") == {"kind": "train", "env": "breakout", "agents": 512,
-                                                  "compute_dtype": "bfloat16"}
+                                                  "compute_dtype": "bfloat16", "value_in_rollout": False}
     assert gpu.parse_row("capacity-cartpole")["kind"] == "capacity" and gpu.parse_row("cartpole-x") is None
     config = gpu.ppo_config("breakout", False, total_timesteps=32768, compute_dtype="bfloat16")
     assert config.compute_dtype == "bfloat16" and config.total_timesteps == 32768 and config.num_envs == 64

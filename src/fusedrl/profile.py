@@ -404,21 +404,22 @@ def phase_times(events: Sequence[dict[str, Any]], module: str,
 
 
 def profile_phases(config, agents: int | None = None, updates: int = 4,
-                   trace_dir: str | None = None) -> dict[str, Any]:
+                   trace_dir: str | None = None, tuning=None) -> dict[str, Any]:
     """The device time of `updates` training updates of `config` per phase (`PHASE_ROWS`).
 
     The run (`Trainer.run`, jitted; with `agents`, vmapped over that many agents as
     `jax.jit(jax.vmap(train))` trains them) is compiled and run once, then run again under
     `jax.profiler.trace`; the trace's events are summed per phase through the compiled program's
     HLO (each operation's scope path). `trace_dir` keeps the trace there (for TensorBoard or
-    Perfetto); by default it goes to a temporary folder. Returns the summary that `format_phases`
+    Perfetto); by default it goes to a temporary folder. `tuning`: the trainer's speed choices
+    (`fusedrl.train.tuning.Tuning`; None: its own). Returns the summary that `format_phases`
     prints (seconds per update, summed over the agents' batched operations)."""
     if int(updates) < 1:
         raise ValueError(f"updates must be >= 1, got {updates}.")
     if agents is not None and int(agents) < 1:
         raise ValueError(f"agents must be >= 1, got {agents}.")
     updates = int(updates)
-    trainer = make_train(config)
+    trainer = make_train(config) if tuning is None else make_train(config, tuning=tuning)
     hp = trainer.default_hparams()
     key = jax.random.key(0)
     if agents is None:

@@ -3,6 +3,12 @@
     PYTHON _purejaxrl_gpu_peer.py SEEDS NUM_ENVS NUM_STEPS TOTAL
         (with PUREJAXRL_SRC and FUSEDRL_PUREJAXRL_CONFIG set)
 
+With `FUSEDRL_PUREJAXRL_PREDICT` set (JSON: {"agents": [N, ...], "limit": bytes or null}) it trains
+nothing: for each N in turn it compiles `jax.jit(jax.vmap(make_train(config)))` for N keys at the given
+TOTAL and reads XLA's memory analysis of the program (`_timing.memory_bytes`), against `limit` (None:
+the device's `bytes_limit`), stopping after the first N that does not fit; the JSON line is then
+{"predict": [{"agents", "memory", "limit_bytes", "fits"}, ...]} (SEEDS is not used).
+
 `python -m fusedrl.bench gpu` runs it (through `fusedrl.bench.ppo.run_peer`) for its MinAtar and
 CartPole rows. `FUSEDRL_PUREJAXRL_CONFIG` is PureJaxRL's config dict as JSON (its upper-case keys);
 the arguments override its NUM_ENVS, NUM_STEPS and TOTAL_TIMESTEPS, and SEEDS agents train as its
@@ -29,13 +35,32 @@ def main() -> None:
     sys.path.insert(0, src)
     import jax
     import numpy as np
-    from _timing import compile_then_run  # beside this file (the peers' interpreter has no fusedrl)
+    from _timing import compile_measure_run, memory_bytes  # beside this file (no fusedrl here)
     from purejaxrl.ppo import make_train
 
     seeds, envs, steps, total = (int(float(x)) for x in sys.argv[1:5])
     config.update(NUM_ENVS=envs, NUM_STEPS=steps, TOTAL_TIMESTEPS=total)
+    stats = jax.devices()[0].memory_stats() or {}
+    if os.environ.get("FUSEDRL_PUREJAXRL_PREDICT"):
+        ask = json.loads(os.environ["FUSEDRL_PUREJAXRL_PREDICT"])
+        limit = ask.get("limit") or stats.get("bytes_limit")
+        if not limit:
+            sys.exit("no device memory limit: the device keeps no bytes_limit; give one in "
+                     "FUSEDRL_PUREJAXRL_PREDICT's 'limit'")
+        tried = []
+        for n in ask["agents"]:
+            keys = jax.random.split(jax.random.PRNGKey(0), int(n))
+            memory = memory_bytes(jax.jit(jax.vmap(make_train(config))).lower(keys).compile())
+            if memory is None:
+                sys.exit("this platform gives no XLA memory analysis (compiled.memory_analysis())")
+            tried.append({"agents": int(n), "memory": memory, "limit_bytes": int(limit),
+                          "fits": memory["total"] <= int(limit)})
+            if not tried[-1]["fits"]:
+                break
+        print(json.dumps({"impl": "purejaxrl", "predict": tried}))
+        return
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
-    out, compile_s, train_s = compile_then_run(jax.jit(jax.vmap(make_train(config))), keys)
+    out, compile_s, train_s, memory = compile_measure_run(jax.jit(jax.vmap(make_train(config))), keys)
     n = (total // (envs * steps)) * envs * steps * seeds
     info = out["metrics"]  # each [seeds, updates, steps, envs]
     done = np.asarray(info["returned_episode"])[:, -1]
@@ -43,7 +68,8 @@ def main() -> None:
     ret = float(rets[done].mean()) if done.any() else float("nan")
     stats = jax.devices()[0].memory_stats() or {}
     print(json.dumps({"impl": "purejaxrl", "compile_s": compile_s, "train_s": train_s, "sps": n / train_s,
-                      "ret": ret, "peak_bytes": stats.get("peak_bytes_in_use")}))
+                      "ret": ret, "peak_bytes": stats.get("peak_bytes_in_use"),
+                      "predicted_bytes": None if memory is None else memory["total"]}))
 
 
 if __name__ == "__main__":

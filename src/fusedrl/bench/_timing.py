@@ -17,12 +17,40 @@ def compile_then_run(fn, *args):
     Returns (output, compile seconds, run seconds): lowering and compiling are timed apart from
     the execution, which is timed up to `block_until_ready`.
     """
+    out, compile_s, run_s, _ = compile_measure_run(fn, *args)
+    return out, compile_s, run_s
+
+
+def compile_measure_run(fn, *args):
+    """`compile_then_run`, also returning XLA's memory analysis of the compiled program
+    (`memory_bytes`): (output, compile seconds, run seconds, memory dict or None)."""
     t0 = time.perf_counter()
     compiled = fn.lower(*args).compile()
     t1 = time.perf_counter()
+    memory = memory_bytes(compiled)
     out = jax.block_until_ready(compiled(*args))
     t2 = time.perf_counter()
-    return out, t1 - t0, t2 - t1
+    return out, t1 - t0, t2 - t1, memory
+
+
+def memory_bytes(compiled):
+    """XLA's memory analysis of a compiled program (`compiled.memory_analysis()`), in bytes:
+    {"argument", "output", "temp", "alias", "total"}, where `total` = argument + output + temp -
+    alias (an output aliasing an argument is one buffer) is the device memory the program needs
+    while it runs: its inputs, its outputs and its temporaries at their peak (XLA's buffer
+    assignment packs the temporaries by liveness, so `temp` is that peak). None where the platform
+    gives no analysis."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001  (a backend without the analysis: none, rather than a failed row)
+        return None
+    if stats is None:
+        return None
+    stats = stats[0] if isinstance(stats, (list, tuple)) else stats
+    out = {name: int(getattr(stats, f"{name}_size_in_bytes"))
+           for name in ("argument", "output", "temp", "alias")}
+    out["total"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
 
 
 #: The widest SIMD extension first: XLA:CPU picks its kernels by these, and kernels of another width

@@ -1,7 +1,8 @@
 """The figures people compare on a GPU: PPO on MinAtar-Breakout and CartPole, env stepping, memory.
 
     python -m fusedrl.bench gpu [--smoke] [--rows ROW,...] [--agents N,...] [--cartpole-agents N,...]
-                                [--bf16] [--capacity] [--total-timesteps N] [--xla-flags "..."]
+                                [--bf16] [--value-in-rollout] [--capacity] [--total-timesteps N]
+                                [--xla-flags "..."]
                                 [--profile ROW,...]
                                 [--purejaxrl-src DIR [--peer-python PY] [--peer-path DIR]
                                  [--purejaxrl-rows ROW,...]]
@@ -50,6 +51,11 @@ Sizing a run (every name below is also a valid `--rows` entry):
                             so its peak memory is its own
   breakout-N-bf16           the same at `compute_dtype="bfloat16"` (`--bf16` adds one beside each
                             vmapped row; PureJaxRL has no such mode: its float32 row is the ratio's)
+  breakout-N-vr             the same with the next observations valued in the rollout instead of
+                            stored (`Tuning(value_in_rollout=True)`, off by default; also
+                            `breakout-N-bf16-vr`, `capacity-breakout-vr`): `--value-in-rollout` adds
+                            one beside each vmapped row, in its own process right after it, and the
+                            summary gives its steps/s and peak memory against the row without it
   capacity-breakout         the most agents that fit in device memory: from the env's largest N,
   capacity-cartpole         doubling (a fresh process each) until one runs out of device memory or
                             `--capacity-max`; the largest that ran, with its steps/s. With
@@ -87,7 +93,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fusedrl.bench._timing import compile_then_run
+from fusedrl.bench._timing import compile_measure_run, memory_bytes
 
 #: PureJaxRL's MinAtar PPO config (examples/brax_minatar.ipynb), as PPOConfig fields.
 MINATAR = dict(
@@ -125,8 +131,10 @@ SMOKE = {"breakout": 2, "cartpole": 3, "env_sizes": (16, 64, 256), "scan_steps":
 #: sides, unless the environment sets it: jax's default .75 would leave a quarter of it unused.
 CAPACITY_MEM_FRACTION = "0.95"
 ENVS = ("breakout", "cartpole")
-_TRAIN_ROW = re.compile(r"^(breakout|cartpole)-([1-9][0-9]*)(-bf16)?$")
-_CAPACITY_ROW = re.compile(r"^capacity-(breakout|cartpole)(-bf16)?$")
+_TRAIN_ROW = re.compile(r"^(breakout|cartpole)-([1-9][0-9]*)(-bf16)?(-vr)?$")
+_CAPACITY_ROW = re.compile(r"^capacity-(breakout|cartpole)(-bf16)?(-vr)?$")
+#: A row name's suffix for `Tuning(value_in_rollout=True)` (`fusedrl.train.tuning`).
+VALUE_IN_ROLLOUT = "-vr"
 SMOKE_FIELDS = {  # tiny runs: 4 updates of 8 envs x 16 steps; one epoch of 2 minibatches
     "num_envs": 8, "num_steps": 16, "total_timesteps": 8 * 16 * 4, "update_epochs": 1,
     "num_minibatches": 2,
@@ -136,35 +144,55 @@ PEER_RUNNER = os.path.join(os.path.dirname(__file__), "_purejaxrl_gpu_peer.py")
 
 
 def row_names(sizes: dict, agents: dict[str, Sequence[int]] | None = None, bf16: bool = False,
-              capacity: bool = False) -> list[str]:
+              capacity: bool = False, value_in_rollout: bool = False) -> list[str]:
     """Every row of a run at `sizes` (FULL or SMOKE), in the order they run: per env the one-agent
     row, the vmapped rows (`agents[env]`, default the size's one; with `bf16` each beside its
-    bfloat16 twin), with `capacity` its capacity row; then the env-stepping rows."""
+    bfloat16 twin, with `value_in_rollout` each beside its `-vr` twin), with `capacity` its capacity
+    row; then the env-stepping rows."""
     names = []
     for env in ENVS:
         names.append(f"{env}-1")
         for n in (agents or {}).get(env) or [sizes[env]]:
-            names += [f"{env}-{n}"] + ([f"{env}-{n}-bf16"] if bf16 else [])
+            for name in [f"{env}-{n}"] + ([f"{env}-{n}-bf16"] if bf16 else []):
+                names += [name] + ([name + VALUE_IN_ROLLOUT] if value_in_rollout else [])
         if capacity:
             names.append(f"capacity-{env}")
     return names + [f"envs-{env}" for env in ENVS]
 
 
 def parse_row(name: str) -> dict[str, Any] | None:
-    """{"kind", "env", "agents", "compute_dtype"} of a row name (None for an unknown one):
-    "breakout-256-bf16" is a training row, "capacity-cartpole" a capacity row (agents None),
-    "envs-breakout" env stepping."""
+    """{"kind", "env", "agents", "compute_dtype", "value_in_rollout"} of a row name (None for an
+    unknown one): "breakout-256-bf16" is a training row, "breakout-256-vr" the same program with the
+    next observations valued in the rollout (`Tuning(value_in_rollout=True)`), "capacity-cartpole"
+    a capacity row (agents None), "envs-breakout" env stepping."""
     m = _TRAIN_ROW.match(name)
     if m:
         return {"kind": "train", "env": m.group(1), "agents": int(m.group(2)),
-                "compute_dtype": "bfloat16" if m.group(3) else "float32"}
+                "compute_dtype": "bfloat16" if m.group(3) else "float32",
+                "value_in_rollout": bool(m.group(4))}
     m = _CAPACITY_ROW.match(name)
     if m:
         return {"kind": "capacity", "env": m.group(1), "agents": None,
-                "compute_dtype": "bfloat16" if m.group(2) else "float32"}
+                "compute_dtype": "bfloat16" if m.group(2) else "float32",
+                "value_in_rollout": bool(m.group(3))}
     if name in (f"envs-{env}" for env in ENVS):
-        return {"kind": "envs", "env": name.split("-", 1)[1], "agents": None, "compute_dtype": "float32"}
+        return {"kind": "envs", "env": name.split("-", 1)[1], "agents": None, "compute_dtype": "float32",
+                "value_in_rollout": False}
     return None
+
+
+def row_tuning(spec: dict[str, Any]):
+    """The trainer's speed choices of a parsed row: `Tuning(value_in_rollout=True)` for a `-vr` row,
+    else None (the trainer's own, `resolve_tuning`)."""
+    from fusedrl.train.tuning import Tuning
+
+    return Tuning(value_in_rollout=True) if spec.get("value_in_rollout") else None
+
+
+def base_row(name: str) -> str:
+    """The float32, default-tuning row a variant row is measured against: "breakout-256" for
+    "breakout-256-bf16-vr" (PureJaxRL's row of the same sizes)."""
+    return name.removesuffix(VALUE_IN_ROLLOUT).removesuffix("-bf16")
 
 
 def ppo_config(env: str, smoke: bool, total_timesteps: int | None = None, compute_dtype: str = "float32"):
@@ -211,19 +239,20 @@ def peak_bytes() -> int | None:
     return int(stats["peak_bytes_in_use"])
 
 
-def train_row(config, agents: int | None, key: jax.Array) -> dict[str, Any]:
+def train_row(config, agents: int | None, key: jax.Array, tuning=None) -> dict[str, Any]:
     """One training measurement: `jax.jit(train)` (agents None) or `jax.jit(jax.vmap(train))` over
-    `agents` keys, compiled apart (`compile_then_run`), then run once."""
+    `agents` keys, compiled apart (`compile_then_run`), then run once. `tuning`: the trainer's
+    speed choices (None: its own)."""
     import fusedrl
 
-    train = fusedrl.make_train(config)
+    train = fusedrl.make_train(config) if tuning is None else fusedrl.make_train(config, tuning=tuning)
     if agents is None:
-        result, compile_s, run_s = compile_then_run(jax.jit(train), key)
+        result, compile_s, run_s, memory = compile_measure_run(jax.jit(train), key)
         ret = float(np.asarray(result.metrics["episode_return"])[-1])
         n = 1
     else:
         keys = jax.random.split(key, agents)
-        result, compile_s, run_s = compile_then_run(jax.jit(jax.vmap(train)), keys)
+        result, compile_s, run_s, memory = compile_measure_run(jax.jit(jax.vmap(train)), keys)
         ret = float(np.asarray(result.metrics["episode_return"])[:, -1].mean())
         n = agents
     metric_bytes = sum(int(np.asarray(v).nbytes) for v in result.metrics.values())
@@ -234,6 +263,9 @@ def train_row(config, agents: int | None, key: jax.Array) -> dict[str, Any]:
         "total_timesteps": config.total_timesteps, "env_steps": steps, "compile_s": compile_s,
         "run_s": run_s, "wall_s": compile_s + run_s, "steps_per_s": steps / run_s, "final_return": ret,
         "metric_bytes": metric_bytes, "peak_bytes": peak_bytes(),
+        # XLA's memory analysis of the program (`_timing.memory_bytes`): what it asks of the device
+        "predicted_bytes": None if memory is None else memory["total"],
+        "value_in_rollout": train.tuning.value_in_rollout,  # the trainer's own record
     }
 
 
@@ -258,13 +290,16 @@ def training_rows(rows: Sequence[str], smoke: bool, total_timesteps: int | None 
     for name in rows:
         spec = parse_row(name)
         config = ppo_config(spec["env"], smoke, total_timesteps, spec["compute_dtype"])
-        out = {"row": label or name, "compute_dtype": spec["compute_dtype"]}
+        tuning = row_tuning(spec)
+        out = {"row": label or name, "compute_dtype": spec["compute_dtype"],
+               "value_in_rollout": spec["value_in_rollout"]}
         if spec["agents"] == 1:
-            probe = train_row(config.replace(total_timesteps=PROBE_UPDATES * config.batch_size), None, key)
-            one = train_row(config, None, key)
+            probe = train_row(config.replace(total_timesteps=PROBE_UPDATES * config.batch_size), None, key,
+                              tuning)
+            one = train_row(config, None, key, tuning)
             yield {**out, **one, **flat_check(probe, one)}
         else:
-            yield {**out, **train_row(config, spec["agents"], key)}
+            yield {**out, **train_row(config, spec["agents"], key, tuning)}
 
 
 def profile_row(name: str, smoke: bool, updates: int) -> dict[str, Any]:
@@ -273,7 +308,8 @@ def profile_row(name: str, smoke: bool, updates: int) -> dict[str, Any]:
 
     spec = parse_row(name)
     config = ppo_config(spec["env"], smoke, None, spec["compute_dtype"])
-    summary = profile_phases(config, None if spec["agents"] == 1 else spec["agents"], updates)
+    summary = profile_phases(config, None if spec["agents"] == 1 else spec["agents"], updates,
+                             tuning=row_tuning(spec))
     return {"row": name, "kind": "profile", **summary, "table": format_phases(summary)}
 
 
@@ -329,6 +365,47 @@ def stepping_rows(env: str, sizes: Sequence[int], scan_steps: int, min_time: flo
                "peak_bytes": peak_bytes()}
 
 
+def device_limit_bytes() -> int | None:
+    """The memory the device's allocator may hand out (`memory_stats()["bytes_limit"]`: on a GPU
+    the preallocated fraction, XLA_PYTHON_CLIENT_MEM_FRACTION), or None where it keeps no
+    statistics (XLA:CPU)."""
+    stats = jax.devices()[0].memory_stats()
+    return int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
+
+
+def predict_rows(name: str, sizes: Sequence[int], smoke: bool, length: int,
+                 limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """Whether training row `name`'s program (its env, dtype and tuning) fits in device memory at
+    each agent count of `sizes` in turn, at `length` env steps per agent, without running it: each
+    is compiled (`jax.jit(jax.vmap(train))`) and XLA's memory analysis of it (`memory_bytes`:
+    arguments + outputs + temporaries at their peak) is compared with `limit` bytes (None: the
+    device's, `device_limit_bytes`). Stops after the first that does not fit."""
+    import fusedrl
+
+    spec = parse_row(name)
+    config = ppo_config(spec["env"], smoke, length, spec["compute_dtype"])
+    tuning = row_tuning(spec)
+    train = fusedrl.make_train(config) if tuning is None else fusedrl.make_train(config, tuning=tuning)
+    limit = limit or device_limit_bytes()
+    if not limit:
+        raise ValueError("no device memory limit to judge the fit against: this device keeps no "
+                         "bytes_limit (XLA:CPU); pass --device-memory-mib")
+    for n in sizes:
+        t0 = time.perf_counter()
+        compiled = jax.jit(jax.vmap(train)).lower(jax.random.split(jax.random.key(0), n)).compile()
+        memory = memory_bytes(compiled)
+        if memory is None:
+            raise ValueError("this platform gives no XLA memory analysis (compiled.memory_analysis())")
+        del compiled
+        row = {"row": name, "kind": "predict", "agents": n, "num_envs": config.num_envs,
+               "total_timesteps": config.total_timesteps, "compile_s": time.perf_counter() - t0,
+               "memory": memory, "predicted_bytes": memory["total"], "limit_bytes": int(limit),
+               "fits": memory["total"] <= int(limit)}
+        yield row
+        if not row["fits"]:
+            return
+
+
 def worker(spec: dict[str, Any]) -> None:
     """Runs one group of rows (in a fresh process) and prints each as a JSON line as it ends; a
     row that fails (e.g. out of device memory) prints {"row": ..., "error": ...} and ends the group."""
@@ -338,6 +415,9 @@ def worker(spec: dict[str, Any]) -> None:
         rows = training_rows(spec["rows"], spec["smoke"], spec.get("total_timesteps"), spec.get("label"))
     elif spec["kind"] == "profile":
         rows = (profile_row(name, spec["smoke"], spec["profile_updates"]) for name in spec["rows"])
+    elif spec["kind"] == "predict":
+        rows = ({**row, "row": spec.get("label") or row["row"]} for row in predict_rows(
+            spec["rows"][0], spec["sizes"], spec["smoke"], spec["length"], spec.get("limit")))
     else:
         rows = stepping_rows(env, sizes["env_sizes"], sizes["scan_steps"], sizes["min_time"])
     done = set()
@@ -406,11 +486,14 @@ def device_info() -> dict[str, Any]:
 
 
 def run_purejaxrl(env: str, agents: int, smoke: bool, args, env_vars: dict[str, str] | None = None,
-                  attempts: int = 3) -> dict[str, Any]:
-    """PureJaxRL's `make_train` at our row's config, in a fresh peer process (`run_peer`)."""
+                  attempts: int = 3, total_timesteps: int | None = None) -> dict[str, Any]:
+    """PureJaxRL's `make_train` at our row's config, in a fresh peer process (`run_peer`), at
+    `total_timesteps` env steps per agent (default: `--total-timesteps`, else the config's).
+    With FUSEDRL_PUREJAXRL_PREDICT in `env_vars`, the peer compiles instead of training (see
+    `_purejaxrl_gpu_peer.py`)."""
     from fusedrl.bench.ppo import run_peer
 
-    config = purejaxrl_config(env, smoke, args.total_timesteps)
+    config = purejaxrl_config(env, smoke, total_timesteps or args.total_timesteps)
     extra = {"PUREJAXRL_SRC": os.path.abspath(args.purejaxrl_src),
              "FUSEDRL_PUREJAXRL_CONFIG": json.dumps(config), **(env_vars or {})}
     if args.peer_path:
@@ -441,7 +524,8 @@ def purejaxrl_row(name: str, env: str, agents: int, smoke: bool, args,
     steps = total // batch * batch * agents
     return {**row, "total_timesteps": total, "env_steps": steps, "compile_s": out["compile_s"],
             "run_s": out["train_s"], "wall_s": out["compile_s"] + out["train_s"], "steps_per_s": out["sps"],
-            "final_return": out["ret"], "peak_bytes": out.get("peak_bytes"), "hangs": out.get("hangs", 0)}
+            "final_return": out["ret"], "peak_bytes": out.get("peak_bytes"), "hangs": out.get("hangs", 0),
+            "predicted_bytes": out.get("predicted_bytes")}
 
 
 def capacity_sizes(start: int, largest: int) -> list[int]:
@@ -480,6 +564,11 @@ def format_row(row: dict[str, Any]) -> str:
         if row.get("out_of_memory"):
             return f"{row['row']:<20} {impl:<9} {row.get('agents', ''):>6} out of device memory"
         return f"{row['row']:<20} {impl:<9} error: {row['error'].splitlines()[-1] if row['error'] else ''}"
+    if row.get("kind") == "predict":
+        verdict = "fits" if row["fits"] else "does not fit"
+        return (f"{row['row']:<20} {impl:<9} {row['agents']:>6} {row['num_envs']:>7} predicted "
+                f"{_mib(row['predicted_bytes'])} MiB at {row['total_timesteps']:,} env steps per agent: "
+                f"{verdict} in {_mib(row['limit_bytes'])} MiB (compiled, not run)")
     ret = row.get("final_return")
     return (f"{row['row']:<20} {impl:<9} {row.get('agents', ''):>6} {row['num_envs']:>7} "
             f"{row['env_steps']:>13,} {row['compile_s']:>9.1f} {_seconds(row.get('wall_s')):>8} "
@@ -496,7 +585,8 @@ def _parse_rows(p: argparse.ArgumentParser, text: str | None, default: list[str]
     bad = [n for n in names if (parse_row(n) or {}).get("kind") not in kinds]
     if bad or not names:
         p.error(f"{flag}: unknown or no row(s) {bad}; valid: breakout-N, cartpole-N (N agents), "
-                f"breakout-N-bf16, capacity-breakout, capacity-cartpole, envs-breakout, envs-cartpole"
+                f"breakout-N-bf16, breakout-N-vr, breakout-N-bf16-vr, capacity-breakout[-bf16][-vr], "
+                f"capacity-cartpole, envs-breakout, envs-cartpole"
                 + (" (here only training rows)" if kinds == ("train",) else ""))
     return names
 
@@ -523,12 +613,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="CartPole's vmapped rows: comma-separated agent counts (default: 2048; smoke 3)")
     p.add_argument("--bf16", action="store_true",
                    help='beside each vmapped training row, the same at compute_dtype="bfloat16"')
+    p.add_argument("--value-in-rollout", action="store_true",
+                   help="beside each vmapped training row, the same with Tuning(value_in_rollout=True) "
+                        "(a -vr row: the next observations valued in the rollout, not stored)")
     p.add_argument("--capacity", action="store_true",
                    help="add the capacity rows (the most agents that fit in device memory)")
     p.add_argument("--capacity-start", type=int, default=None,
                    help="agents of a capacity row's first try (default: the env's largest agent count)")
     p.add_argument("--capacity-max", type=int, default=None,
                    help="stop doubling there (default: 1048576; smoke 8)")
+    p.add_argument("--capacity-length", type=int, default=None,
+                   help="judge the capacity rows' fit at this many env steps per agent (e.g. 10000000, "
+                        "Breakout's config) from XLA's memory analysis of each side's compiled program, "
+                        "without running it; then time the largest fit with a short run (--total-timesteps)")
+    p.add_argument("--device-memory-mib", type=int, default=None,
+                   help="the device memory --capacity-length judges against (default: the device's "
+                        "bytes_limit; needed where it keeps none, as XLA:CPU)")
     p.add_argument("--total-timesteps", type=int, default=None,
                    help="env steps per agent of every training row, both sides (default: the config's)")
     p.add_argument("--xla-flags", default=None,
@@ -554,11 +654,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = SMOKE if args.smoke else FULL
     agents = {"breakout": _agent_list(p, args.agents, "--agents"),
               "cartpole": _agent_list(p, args.cartpole_agents, "--cartpole-agents")}
-    default = row_names(sizes, agents, args.bf16, args.capacity)
+    default = row_names(sizes, agents, args.bf16, args.capacity, args.value_in_rollout)
     profiles = _parse_rows(p, args.profile, [], "--profile", ("train",)) if args.profile else []
     rows = _parse_rows(p, args.rows, [] if profiles else default, "--rows")
     training = [r for r in rows if parse_row(r)["kind"] == "train"]
-    float32 = [r for r in training if parse_row(r)["compute_dtype"] == "float32"]
+    float32 = [r for r in training if base_row(r) == r]  # PureJaxRL's: no bfloat16, no -vr twin
     capacity = [r for r in rows if parse_row(r)["kind"] == "capacity"]
     pjx_rows = _parse_rows(p, args.purejaxrl_rows, float32, "--purejaxrl-rows", ("train",)) if (
         args.purejaxrl_src or args.purejaxrl_rows) else []
@@ -573,6 +673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--timeout and --peer-timeout must be > 0 seconds")
     for flag, value in (("--total-timesteps", args.total_timesteps),
                         ("--capacity-start", args.capacity_start), ("--capacity-max", args.capacity_max),
+                        ("--capacity-length", args.capacity_length),
+                        ("--device-memory-mib", args.device_memory_mib),
                         ("--profile-updates", args.profile_updates)):
         if value is not None and value < 1:
             p.error(f"{flag} must be >= 1, got {value}")
@@ -603,8 +705,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for env in ENVS:
         # The one-agent row (with its probe) in one process, then each vmapped row in its own, so
         # that every peak is the row's own and an out-of-memory ends only that row.
+        # per agent count: float32, then its -vr twin, then bfloat16 (and its twin)
         for name in sorted((r for r in training if parse_row(r)["env"] == env),
-                           key=lambda r: (parse_row(r)["agents"], r)):
+                           key=lambda r: (parse_row(r)["agents"], "-bf16" in r, r)):
             for row in run_group("train", env, [name], args.smoke, args.timeout, env_vars,
                                  total_timesteps=args.total_timesteps):
                 emit(row)
@@ -641,17 +744,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_capacity(name: str, args, sizes: dict, agents: dict, env_vars: dict[str, str], emit) -> None:
     """The capacity row `name`: our agents doubling (a fresh process each) until a try runs out of
     device memory or passes `--capacity-max`, then PureJaxRL's at the same sizes (with
-    `--purejaxrl-src`) until its out-of-memory. Every try is a row named `name`."""
+    `--purejaxrl-src`) until its out-of-memory. Every try is a row named `name`. With
+    `--capacity-length`, the fit is predicted instead (`run_capacity_predicted`)."""
     spec = parse_row(name)
     env, bf16 = spec["env"], spec["compute_dtype"] == "bfloat16"
     start = args.capacity_start or max(agents.get(env) or [sizes[env]])
     tries = capacity_sizes(start, args.capacity_max or sizes["capacity_max"])
     if "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
         env_vars = {**env_vars, "XLA_PYTHON_CLIENT_MEM_FRACTION": CAPACITY_MEM_FRACTION}
+
+    def row_name(n: int) -> str:
+        vr = VALUE_IN_ROLLOUT if spec["value_in_rollout"] else ""
+        return f"{env}-{n}" + ("-bf16" if bf16 else "") + vr
+
+    if args.capacity_length:
+        return run_capacity_predicted(name, row_name, tries, args, env_vars, emit)
     tried = []
     for n in tries:
-        row_name = f"{env}-{n}" + ("-bf16" if bf16 else "")
-        rows = list(run_group("train", env, [row_name], args.smoke, args.timeout, env_vars,
+        rows = list(run_group("train", env, [row_name(n)], args.smoke, args.timeout, env_vars,
                               total_timesteps=args.total_timesteps, label=name))
         tried.append(n)
         for row in rows:
@@ -666,14 +776,119 @@ def run_capacity(name: str, args, sizes: dict, agents: dict, env_vars: dict[str,
                 break
 
 
+def run_capacity_predicted(name: str, row_name, tries: list[int], args, env_vars: dict[str, str],
+                           emit) -> None:
+    """The capacity row `name` judged at the run's real length without running it: each side's
+    program is compiled at `--capacity-length` env steps per agent for each agent count of
+    `tries` in turn (one process per side, nothing allocated: XLA_PYTHON_CLIENT_PREALLOCATE=false)
+    and fits when XLA's memory analysis of it is at most the device's memory (`bytes_limit`, or
+    `--device-memory-mib`); the doubling stops at the first that does not fit. Then the largest
+    that fits, per side, trains a short run (`--total-timesteps`) for its steps/s: honest for ours,
+    whose memory is flat in the run's length; PureJaxRL's is "predicted to fit at full length,
+    timed at a short run". Every row is named `name`."""
+    env = parse_row(name)["env"]
+    limit = args.device_memory_mib * 2**20 if args.device_memory_mib else None
+    quiet = {**env_vars, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    fits = {}
+    ours = list(run_group("predict", env, [row_name(tries[0])], args.smoke, args.timeout, quiet,
+                          sizes=tries, length=args.capacity_length, limit=limit, label=name))
+    for row in ours:
+        emit({**row, "capacity": True})
+    fits["fusedrl"] = max((r["agents"] for r in ours if r.get("fits")), default=None)
+    spec = parse_row(name)
+    # PureJaxRL has no bfloat16 mode and no -vr choice: its side runs with the plain capacity row
+    if args.purejaxrl_src and spec["compute_dtype"] == "float32" and not spec["value_in_rollout"]:
+        ask = json.dumps({"agents": tries, "limit": limit})
+        out = run_purejaxrl(env, tries[0], args.smoke, args, {**quiet, "FUSEDRL_PUREJAXRL_PREDICT": ask},
+                            attempts=1, total_timesteps=args.capacity_length)
+        config = purejaxrl_config(env, args.smoke, args.capacity_length)
+        if "error" in out or "predict" not in out:
+            emit({"row": name, "impl": "purejaxrl", "kind": "predict", "capacity": True,
+                  "error": out.get("error", f"no prediction from the peer: {out}")})
+        else:
+            for r in out["predict"]:
+                emit({"row": name, "impl": "purejaxrl", "kind": "predict", "capacity": True,
+                      "agents": r["agents"], "num_envs": config["NUM_ENVS"],
+                      "total_timesteps": int(config["TOTAL_TIMESTEPS"]), "memory": r["memory"],
+                      "predicted_bytes": r["memory"]["total"], "limit_bytes": r["limit_bytes"],
+                      "fits": r["fits"]})
+            fits["purejaxrl"] = max((r["agents"] for r in out["predict"] if r["fits"]), default=None)
+    # Steps/s at the largest predicted fit, a short run each (device memory preallocated again).
+    timed = {"capacity": True, "capacity_predicted": True, "fit_length": args.capacity_length}
+    if fits["fusedrl"]:
+        for row in run_group("train", env, [row_name(fits["fusedrl"])], args.smoke, args.timeout, env_vars,
+                             total_timesteps=args.total_timesteps, label=name):
+            emit({**row, **timed, "agents": row.get("agents", fits["fusedrl"])})
+    if fits.get("purejaxrl"):
+        row = purejaxrl_row(name, env, fits["purejaxrl"], args.smoke, args, env_vars, attempts=1)
+        emit({**row, **timed})
+
+
+def predicted_capacity_summary(results: list[dict[str, Any]]) -> list[str]:
+    """Per predicted capacity row and side: the most agents predicted to fit at the run's length
+    (XLA's memory analysis against the device's memory), the first that did not, and the steps/s
+    of a short run at the most; then ours over PureJaxRL's."""
+    lines = []
+    for name in dict.fromkeys(r["row"] for r in results if r.get("capacity") and r.get("kind") == "predict"):
+        best = {}
+        for impl in ("fusedrl", "purejaxrl"):
+            source = name
+            if impl == "purejaxrl" and not any(r["row"] == name and r.get("impl") == impl for r in results):
+                source = name.removesuffix(VALUE_IN_ROLLOUT)  # the plain row's PureJaxRL side
+            tries = [r for r in results if r["row"] == source and r.get("impl") == impl
+                     and r.get("kind") == "predict"]
+            if not tries:
+                continue
+            if any("error" in r for r in tries):
+                lines.append(f"{name}, {impl}: prediction failed: "
+                             f"{next(r for r in tries if 'error' in r)['error'].splitlines()[-1][:300]}")
+                continue
+            fit = [r for r in tries if r["fits"]]
+            over = [r for r in tries if not r["fits"]]
+            top = max(fit, key=lambda r: r["agents"]) if fit else None
+            run = next((r for r in results if r["row"] == source and r.get("impl") == impl
+                        and r.get("capacity_predicted") and top and r.get("agents") == top["agents"]), None)
+            length = tries[0]["total_timesteps"]
+            what = (f"{top['agents']:,} agents predicted to fit at {length:,} env steps per agent "
+                    f"({_mib(top['predicted_bytes'])} of {_mib(top['limit_bytes'])} MiB)" if top else
+                    f"not even {tries[0]['agents']:,} agents predicted to fit at {length:,} env steps "
+                    f"per agent")
+            end = (f"{over[0]['agents']:,} would need {_mib(over[0]['predicted_bytes'])} MiB" if over else
+                   f"no size up to {tries[-1]['agents']:,} ran out (a bound)")
+            if run is None:
+                timing = ""
+            elif "error" in run:
+                why = "out of device memory" if run.get("out_of_memory") else "error"
+                timing = f"; its short run failed ({why})"
+            else:
+                label = ("predicted to fit at full length, timed at a short run" if impl == "purejaxrl" else
+                         "timed at a short run; its memory is flat in the run's length")
+                timing = (f"; {_rate(run['steps_per_s'])} steps/s at {run['total_timesteps']:,} env steps "
+                          f"per agent ({label}; peak {_mib(run['peak_bytes'])} MiB)")
+            best[impl] = (top, run, bool(over))
+            if source == name:  # the plain row's PureJaxRL line is printed with that row
+                lines.append(f"{name}, {impl}: {what}; {end}{timing}")
+        if all(best.get(i, (None,))[0] for i in ("fusedrl", "purejaxrl")):
+            (ours, our_run, our_over), (theirs, their_run, their_over) = best["fusedrl"], best["purejaxrl"]
+            bound = "" if our_over and their_over else " (a bound: a side with no misfit may hold more)"
+            speed = ""
+            if our_run and their_run and "error" not in our_run and "error" not in their_run:
+                speed = f"; aggregate steps/s there {our_run['steps_per_s'] / their_run['steps_per_s']:.2f}x"
+            lines.append(f"{name}: fusedrl/PureJaxRL agent capacity at {ours['total_timesteps']:,} env steps "
+                         f"per agent {ours['agents'] / theirs['agents']:.1f}x{bound}{speed}")
+    return lines
+
+
 def capacity_summary(results: list[dict[str, Any]]) -> list[str]:
     """Per capacity row and side: the largest agent count that ran (with its steps/s) and where it
     ran out of memory; then ours over PureJaxRL's."""
     lines = []
-    for name in dict.fromkeys(r["row"] for r in results if r.get("capacity")):
+    measured = [r for r in results if r.get("capacity") and r.get("kind") != "predict"
+                and not r.get("capacity_predicted")]
+    for name in dict.fromkeys(r["row"] for r in measured):
         best = {}
         for impl in ("fusedrl", "purejaxrl"):
-            tries = [r for r in results if r.get("capacity") and r["row"] == name and r["impl"] == impl]
+            tries = [r for r in measured if r["row"] == name and r["impl"] == impl]
             if not tries:
                 continue
             ran = [r for r in tries if "error" not in r]
@@ -716,10 +931,12 @@ def summarize(results: list[dict[str, Any]]) -> list[str]:
                          f"{r['total_timesteps']:,}; one per-step float32 history of the run: "
                          f"{_mib(r['per_step_history_bytes'])} MiB)")
     for name, r in ours.items():
-        twin = name.removesuffix("-bf16")  # PureJaxRL has no bfloat16 mode: its float32 row
+        twin = base_row(name)  # PureJaxRL has no bfloat16 mode and no -vr choice: its float32 row
         if twin in theirs:
             t = theirs[twin]
-            vs = "" if twin == name else " (ours bfloat16, PureJaxRL float32)"
+            ours_is = [w for w, on in (("bfloat16", "-bf16" in name),
+                                       ("with value_in_rollout", name.endswith(VALUE_IN_ROLLOUT))) if on]
+            vs = f" (ours {' and '.join(ours_is)}, PureJaxRL float32)" if ours_is else ""
             lines.append(f"{name}: fusedrl/PureJaxRL steps/s {r['steps_per_s'] / t['steps_per_s']:.2f}x{vs}, "
                          f"PureJaxRL/fusedrl wall time {t['wall_s'] / r['wall_s']:.2f}x, peak memory "
                          f"{_mib(r['peak_bytes'])} MiB vs {_mib(t['peak_bytes'])} MiB")
@@ -727,7 +944,24 @@ def summarize(results: list[dict[str, Any]]) -> list[str]:
         if name.endswith("-bf16") and name.removesuffix("-bf16") in ours:
             lines.append(f"{name}: bfloat16/float32 steps/s "
                          f"{r['steps_per_s'] / ours[name.removesuffix('-bf16')]['steps_per_s']:.2f}x")
+    for name, r in ours.items():
+        off = name.removesuffix(VALUE_IN_ROLLOUT)
+        if off != name and off in ours:
+            o = ours[off]
+            memory = ""
+            for what, field in (("peak memory", "peak_bytes"), ("XLA's memory analysis", "predicted_bytes")):
+                if r.get(field) is not None and o.get(field) is not None:
+                    memory += (f", {what} {_mib(r[field])} MiB vs {_mib(o[field])} MiB "
+                               f"({(r[field] - o[field]) / 2**20 / r['agents']:+,.1f} MiB per agent)")
+            lines.append(f"{name}: value_in_rollout on/off steps/s {r['steps_per_s'] / o['steps_per_s']:.2f}x"
+                         f"{memory}")
     lines += capacity_summary(results)
+    lines += predicted_capacity_summary(results)
+    for r in results:  # what the capacity prediction rests on: XLA's analysis against the real peak
+        if r.get("kind") != "predict" and r.get("predicted_bytes") and r.get("peak_bytes"):
+            lines.append(f"{r['row']}, {r['impl']}, {r['agents']:,} agents: XLA's memory analysis "
+                         f"{_mib(r['predicted_bytes'])} MiB, device peak {_mib(r['peak_bytes'])} MiB "
+                         f"(peak/analysis {r['peak_bytes'] / r['predicted_bytes']:.2f}x)")
     for r in results:
         if r.get("kind") == "profile" and "error" not in r:
             shares = ", ".join(f"{k} {v / r['busy_seconds']:.0%}" for k, v in r["seconds"].items())
