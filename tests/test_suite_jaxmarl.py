@@ -79,6 +79,7 @@ def test_a_team_step_is_jaxmarls(name, steps):
     step, reset = jax.jit(team.step_env), jax.jit(team.reset_env)
     with jax.numpy_rank_promotion("allow"):
         own_step, own_reset = jax.jit(own.step_env), jax.jit(own.reset)
+        own_masks = jax.jit(lambda state: _own_masks(name, own, state))  # one compile, not op by op
         want_obs, state = own_reset(jax.random.key(0))
     obs, tstate = reset(jax.random.key(0))
     rng = np.random.default_rng(0)
@@ -86,7 +87,7 @@ def test_a_team_step_is_jaxmarls(name, steps):
     t = 0
     for k in range(1, steps + 1):
         with jax.numpy_rank_promotion("allow"):
-            masks = _own_masks(name, own, state)
+            masks = own_masks(state)
         # The rows before the step: observations, masks, global state.
         flat = [np.asarray(want_obs[a], np.float32).reshape(-1) for a in own.agents]
         for i, a in enumerate(own.agents):
