@@ -18,6 +18,8 @@ from fusedrl.envs import wrappers as W  # noqa: E402
 from fusedrl.envs.multiagent import TeamEnv  # noqa: E402
 from fusedrl.train import PPOConfig, make_train  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 SPREAD = "MPE_simple_spread_v3"
 
 
@@ -190,6 +192,7 @@ def test_ppo_trains_on_simple_spread_with_episodes_of_26_steps():
     assert isinstance(W.find_wrapper(venv, W.EpisodeStatistics), W.EpisodeStatistics)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, critic", [("smax_3m", "centralized"), ("hanabi", "decentralized")])
 def test_ppo_on_masked_envs_takes_only_allowed_actions(name, critic):
     """PPO's rollouts (MAPPO on SMAX: its critic reads SMAX's world_state; IPPO on Hanabi, where the
