@@ -81,6 +81,7 @@ def ours_only():
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_marl_bench_trains_and_evaluates_both_algorithms_at_jaxmarls_config(ours_only):
     runs = [json.loads(line) for line in ours_only.splitlines() if line.startswith('{"algo"')]
     assert [r["impl"] for r in runs] == ["fusedrl-ippo", "fusedrl-mappo"]

@@ -293,6 +293,7 @@ def reference_apply(critic: str, shared: bool, num_agents: int = 2, obs_dim: int
 CASES = [("decentralized", True), ("centralized", True), ("decentralized", False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("critic, shared", CASES, ids=["IPPO", "MAPPO", "IPPO-unshared"])
 def test_one_update_matches_a_float64_reference(critic, shared):
     """One PPO update on the agents' rows against tests/test_update_reference.py's float64 reference
@@ -342,6 +343,7 @@ def test_one_update_matches_a_float64_reference(critic, shared):
     assert int(metrics["episodes_completed"]) == int(np.asarray(traj.episode_done).sum()) // A
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("critic", ["decentralized", "centralized"], ids=["IPPO", "MAPPO"])
 def test_a_data_parallel_update_is_the_update_of_all_envs(critic):
     """One epoch of one minibatch: the update of 2 shards of 2 envs each (a shard holds whole teams,
@@ -426,6 +428,7 @@ def learned():
     return config, train, result
 
 
+@pytest.mark.slow
 def test_ippo_learns_the_coordination_the_ids_make_possible(learned):
     """Both agents see the same cue and must pick different actions: one shared policy without the id
     earns at most 3 of 8 per episode (0.375 per step); random play 1.8. Both seeds get >= 7."""
@@ -441,6 +444,7 @@ def test_ippo_learns_the_coordination_the_ids_make_possible(learned):
     assert (np.asarray(result.metrics["episode_length"])[:, -1] == MAX_STEPS).all()
 
 
+@pytest.mark.slow
 def test_a_run_resumed_from_a_checkpoint_is_bit_identical(learned, tmp_path):
     """Half a run, saved and restored (fusedrl.checkpoint), continues exactly as the run that was never
     saved: every leaf of the state (the agents' returns too) comes back."""
@@ -477,6 +481,7 @@ def test_other_learners_take_multi_agent_envs(config):
 RECURRENT = [("centralized", True, "gru"), ("decentralized", False, "lstm"), ("centralized", False, "gru")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("critic, shared, cell", RECURRENT, ids=["MAPPO-gru", "IPPO-unshared-lstm",
                                                                  "MAPPO-unshared-gru"])
 def test_recurrent_mappo_and_unshared_ippo(critic, shared, cell):
@@ -530,6 +535,8 @@ def test_recurrent_mappo_and_unshared_ippo(critic, shared, cell):
             np.testing.assert_allclose(value[row], a_value[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_cli_trains_mappo_on_a_users_env(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "fusedrl.cli", "train", "--import", "docs.examples.my_team", "--env", ENV_ID,

@@ -18,6 +18,8 @@ from fusedrl.envs import wrappers as W  # noqa: E402
 from fusedrl.envs.multiagent import TeamEnv  # noqa: E402
 from fusedrl.train import PPOConfig, make_train  # noqa: E402
 
+pytestmark = [pytest.mark.suite]
+
 SPREAD = "MPE_simple_spread_v3"
 
 
@@ -79,6 +81,7 @@ def test_a_team_step_is_jaxmarls(name, steps):
     step, reset = jax.jit(team.step_env), jax.jit(team.reset_env)
     with jax.numpy_rank_promotion("allow"):
         own_step, own_reset = jax.jit(own.step_env), jax.jit(own.reset)
+        own_masks = jax.jit(lambda state: _own_masks(name, own, state))  # one compile, not op by op
         want_obs, state = own_reset(jax.random.key(0))
     obs, tstate = reset(jax.random.key(0))
     rng = np.random.default_rng(0)
@@ -86,7 +89,7 @@ def test_a_team_step_is_jaxmarls(name, steps):
     t = 0
     for k in range(1, steps + 1):
         with jax.numpy_rank_promotion("allow"):
-            masks = _own_masks(name, own, state)
+            masks = own_masks(state)
         # The rows before the step: observations, masks, global state.
         flat = [np.asarray(want_obs[a], np.float32).reshape(-1) for a in own.agents]
         for i, a in enumerate(own.agents):
@@ -189,6 +192,7 @@ def test_ppo_trains_on_simple_spread_with_episodes_of_26_steps():
     assert isinstance(W.find_wrapper(venv, W.EpisodeStatistics), W.EpisodeStatistics)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, critic", [("smax_3m", "centralized"), ("hanabi", "decentralized")])
 def test_ppo_on_masked_envs_takes_only_allowed_actions(name, critic):
     """PPO's rollouts (MAPPO on SMAX: its critic reads SMAX's world_state; IPPO on Hanabi, where the

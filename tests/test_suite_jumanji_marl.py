@@ -132,7 +132,8 @@ def _true_end(name: str, rec) -> np.ndarray:
 STEPS = {"LevelBasedForaging-v0": 220, "RobotWarehouse-v0": 520, "Connector-v3": 120, "Cleaner-v0": 220}
 
 
-@pytest.fixture(scope="module", params=NAMES)
+@pytest.fixture(scope="module", params=[
+    pytest.param(n, marks=[pytest.mark.slow] if n == "RobotWarehouse-v0" else []) for n in NAMES])
 def rollout(request):
     name = request.param
     return name, _rollout(name, STEPS[name], seeds=[0, 1, 2])
@@ -174,6 +175,7 @@ def test_rewards_and_episode_ends_are_the_suites(rollout):
     assert num_agents == fusedrl.make(f"jumanji:{name}")[0].num_agents
 
 
+@pytest.mark.slow
 def test_a_true_end_on_the_last_step_is_a_termination():
     """Connector's agents all connected or blocked on step t, with the time limit t: the suite calls that
     step's end a termination (discount 0) and so does the adapter, where a time-limit rule alone
