@@ -325,3 +325,171 @@ def _greedy_returns_match_a_plain_loop():
         want.append(total)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert len(set(np.round(want, 3))) == episodes  # four different starts: the episodes are told apart
+
+
+LBF = "jumanji:LevelBasedForaging-v0"
+
+
+def test_marl_bench_lbf_runs_our_lbf_preset_and_names_the_env_to_both_sides(tmp_path, monkeypatch, capsys):
+    import fusedrl
+
+    # Our side on LevelBasedForaging is its preset: the same numbers as JaxMARL's ippo_ff_mpe.yaml.
+    assert marl.config("ippo", 16, 128, 500_000, LBF) == fusedrl.preset(LBF)
+    assert marl.config_mismatches("ippo", {**YAML["ippo"], "ENV_NAME": LBF}, LBF) == []
+    assert marl.config_mismatches("ippo", YAML["ippo"], LBF) == [f"ENV_NAME='MPE_simple_spread_v3' vs {LBF}"]
+    assert marl.config_mismatches("ippo", {**YAML["ippo"], "ENV_NAME": LBF}) == [
+        f"ENV_NAME={LBF!r} vs jaxmarl:MPE_simple_spread_v3"
+    ]
+
+    seen = []
+
+    def ours(algo, *args, timeout):
+        seen.append(("ours", args[-1]))
+        return _fake_run(f"fusedrl-{algo}", 2.0)
+
+    def theirs(python, src, algo, *args, timeout):
+        seen.append(("peer", args[-1]))
+        return _fake_run(f"jaxmarl-{algo}", 1.0, {**YAML[algo], "ENV_NAME": marl.peer_env_name(args[-1])})
+
+    monkeypatch.setattr(marl, "ours_in_subprocess", ours)
+    monkeypatch.setattr(marl, "peer_in_subprocess", theirs)
+    assert marl.main([*TINY, "--algos", "ippo", "--env", LBF, *_jaxmarl_src(tmp_path)]) == 0
+    assert seen == [("ours", LBF), ("peer", LBF)]
+    assert f"; {LBF}, 4 envs x 26 steps" in capsys.readouterr().out
+    seen.clear()
+    assert marl.main([*TINY, "--algos", "ippo", *_jaxmarl_src(tmp_path)]) == 0  # MPE stays the default
+    assert seen == [("ours", marl.ENV_ID), ("peer", marl.ENV_ID)]
+    with pytest.raises(SystemExit):
+        marl.main([*TINY, "--env", "jumanji:Snake-v1"])
+    assert "--env: invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env_id, name", [(marl.ENV_ID, "MPE_simple_spread_v3"), (LBF, LBF)])
+def test_marl_bench_hands_the_peer_runner_the_env_its_script_makes(env_id, name, monkeypatch):
+    argvs = []
+    monkeypatch.setattr(marl, "_subprocess", lambda argv, timeout, env=None: argvs.append(argv) or {})
+    marl.peer_in_subprocess("python", "src", "ippo", 2, 4, 26, 104, 3, env_id, timeout=1.0)
+    assert argvs[0][1:] == [marl.PEER_RUNNER, "ippo", "2", "4", "26", "104", "3", name]
+
+
+def _lbf_heuristic(x):
+    """A policy that scores on LevelBasedForaging, from one agent's `agents_view` rows [..., 12] (foods,
+    self, other: (row, col, level) each): walk to the first uneaten food and load beside it; its
+    action [...]. Written with numpy's functions on numpy arrays and jnp's on jax arrays."""
+    xp = np if isinstance(x, np.ndarray) else __import__("jax").numpy
+    food = x[..., :6].reshape(x.shape[:-1] + (2, 3))
+    target = xp.where(food[..., 0, 2:3] > 0, food[..., 0, :2], food[..., 1, :2])
+    d = target - x[..., 6:8]
+    dr, dc = d[..., 0], d[..., 1]
+    adjacent = xp.abs(dr) + xp.abs(dc) == 1
+    # NOOP 0, UP 1 (row - 1), DOWN 2, LEFT 3 (col - 1), RIGHT 4, LOAD 5
+    return xp.select([adjacent, dr < 0, dr > 0, dc < 0, dc > 0], [5, 1, 2, 3, 4], 0)
+
+
+@pytest.fixture(scope="module")
+def lbf():
+    """(JaxMARL's view of our LevelBasedForaging adapter, Jumanji's own env with its own time limit as
+    jitted (reset, step), run with the rank promotion Jumanji's code relies on)."""
+    import jax
+    import jumanji
+
+    suite = jumanji.make("LevelBasedForaging-v0")
+    reset, step = jax.jit(suite.reset), jax.jit(suite.step)
+
+    def allowed(fn):
+        def run(*args):
+            with jax.numpy_rank_promotion("allow"):
+                return fn(*args)
+
+        return run
+
+    return peer.jaxmarl_view(LBF), (allowed(reset), allowed(step))
+
+
+def test_jaxmarl_view_of_lbf_steps_like_jumanjis_own_env(lbf):
+    # JaxMARL's `MultiAgentEnv.step` (auto-reset to `reset(split(key)[1])`) on the view, against Jumanji's
+    # own env stepped with the same actions: per-agent observations, rewards, dones and masks, through
+    # episodes that end on all food eaten and at the time limit (step 100). Actions: the heuristic
+    # or, one time in three, any action (masked ones too: ippo_ff_mpe.py reads no masks).
+    import jax
+    import jax.numpy as jnp
+    from jaxmarl.environments.multi_agent_env import MultiAgentEnv
+    from jaxmarl.environments.spaces import Box, Discrete
+
+    view, (suite_reset, suite_step) = lbf
+    assert isinstance(view, MultiAgentEnv) and view.agents == ["agent_0", "agent_1"] and view.num_agents == 2
+    assert isinstance(view.action_space("agent_1"), Discrete) and view.action_space("agent_1").n == 6
+    assert isinstance(view.observation_space("agent_0"), Box)
+    assert view.observation_space("agent_0").shape == (12,)
+    rng = np.random.default_rng(0)
+    key = jax.random.PRNGKey(5)
+    key, k = jax.random.split(key)
+    obs, state = view.reset(k)
+    s_state, ts = suite_reset(k)
+    ends = {"eaten": 0, "time": 0}
+    t, total = 0, np.zeros(2)
+    for _ in range(260):
+        rows = np.asarray(ts.observation.agents_view, np.float64)
+        for i, a in enumerate(view.agents):
+            np.testing.assert_array_equal(np.asarray(obs[a]), rows[i].astype(np.float32))
+            mask = view.get_avail_actions(state)[a]
+            np.testing.assert_array_equal(np.asarray(mask), ts.observation.action_mask[i])
+        act = np.where(rng.random(2) < 1 / 3, rng.integers(0, 6, 2), _lbf_heuristic(rows))
+        key, k = jax.random.split(key)
+        actions = {a: jnp.int32(act[i]) for i, a in enumerate(view.agents)}
+        obs, state, reward, done, _ = view.step(k, state, actions)
+        s_state, ts = suite_step(s_state, jnp.asarray(act, jnp.int32))
+        t += 1
+        np.testing.assert_allclose([float(reward[a]) for a in view.agents], ts.reward, rtol=0, atol=0)
+        total += np.asarray(ts.reward, np.float64)
+        last = bool(ts.last())
+        assert bool(done["__all__"]) == last and all(bool(done[a]) == last for a in view.agents)
+        if last:
+            ends["time" if t == 100 else "eaten"] += 1
+            t = 0
+            s_state, ts = suite_reset(jax.random.split(k)[1])  # JaxMARL's step resets with split(key)[1]
+    assert ends["eaten"] >= 1 and ends["time"] >= 1, ends  # both kinds of end were crossed
+    assert total.sum() > 0
+
+
+def test_peer_runner_greedy_returns_on_lbf_match_a_plain_loop_over_jumanjis_env(lbf, monkeypatch):
+    # The runner's evaluation of a policy on the view (the script's agent-major rows, episodes stopped at
+    # their first end, the team return: the sum over the episode of the mean agent reward, at most 0.5)
+    # against one episode at a time on Jumanji's own env, summed in float64. The policy: the heuristic,
+    # as the shape of ippo_ff_mpe.py's network, whose argmax the runner takes.
+    import distrax
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import jaxmarl
+
+    class ActorCritic(nn.Module):
+        action_dim: int
+        activation: str = "tanh"
+
+        @nn.compact
+        def __call__(self, x):
+            logits = 10.0 * jax.nn.one_hot(_lbf_heuristic(x), self.action_dim)
+            return distrax.Categorical(logits=logits), jnp.zeros(x.shape[:-1])
+
+    monkeypatch.setattr(jaxmarl, "make", jaxmarl.make)  # restored after the test
+    peer._route_make(jaxmarl)
+    _, (suite_reset, suite_step) = lbf
+    episodes, key = 6, jax.random.PRNGKey(11)
+    config = {"ENV_NAME": LBF, "ENV_KWARGS": {}, "ACTIVATION": "tanh"}
+    got = np.asarray(peer._greedy_returns("ippo", types.SimpleNamespace(ActorCritic=ActorCritic), config, {},
+                                          key, episodes))
+    _, reset_key = jax.random.split(key)
+    want = []
+    for e in range(episodes):
+        state, ts = suite_reset(jax.random.split(reset_key, episodes)[e])
+        total = 0.0
+        while True:
+            act = _lbf_heuristic(np.asarray(ts.observation.agents_view, np.float64))
+            state, ts = suite_step(state, jnp.asarray(act, jnp.int32))
+            total += float(np.mean(np.asarray(ts.reward, np.float64)))
+            if bool(ts.last()):
+                break
+        want.append(total)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert max(want) > 0.2 and min(want) < max(want) and max(want) <= 0.5 + 1e-6  # scored, told apart

@@ -2,7 +2,15 @@
 `baselines/MAPPO/mappo_rnn_mpe.py`) at their yaml config with the batch and budget given, then
 evaluates each seed's final policy greedily; prints one JSON line.
 
-    PYTHON _jaxmarl_peer.py ALGO SEEDS NUM_ENVS NUM_STEPS TOTAL EVAL_EPISODES   (JAXMARL_SRC set)
+    PYTHON _jaxmarl_peer.py ALGO SEEDS NUM_ENVS NUM_STEPS TOTAL EVAL_EPISODES [ENV]   (JAXMARL_SRC set)
+
+ENV: the env the script trains on, its yaml's (MPE_simple_spread_v3) by default. A fusedrl id of a
+multi-agent env JaxMARL lacks (`jumanji:LevelBasedForaging-v0`) runs the same script on fusedrl's
+adapter of that env, shown to the script as a JaxMARL `MultiAgentEnv` (`JaxMARLView`): in this
+process only, `jaxmarl.make` returns that view for such an id (the script calls
+`jaxmarl.make(config["ENV_NAME"])` inside its `make_train`, and ENV_NAME is set to the id), and
+JaxMARL's own ids as before. The script, its wrappers (`MPELogWrapper`, MAPPO's
+`MPEWorldStateWrapper`) and JaxMARL's `MultiAgentEnv.step` (its auto-reset) run unmodified on it.
 
 ALGO is "ippo" or "mappo". `JAXMARL_SRC` is a folder holding, from github.com/FLAIROx/JaxMARL,
 unmodified: `baselines/IPPO/ippo_ff_mpe.py` with `baselines/IPPO/config/ippo_ff_mpe.yaml`, and
@@ -60,6 +68,56 @@ def _load(path: str, name: str):
     return module
 
 
+def jaxmarl_view(env_id: str):
+    """fusedrl's multi-agent env `env_id` (`fusedrl.make`: JaxMARL's contract without `step`) as a
+    JaxMARL `MultiAgentEnv`: JaxMARL's `step` (auto-reset on `dones["__all__"]`, to the state of
+    `reset(key_reset)`) around the adapter's `step_env`; its spaces as JaxMARL's `Box` and
+    `Discrete`; `get_avail_actions` the adapter's masks (which `ippo_ff_mpe.py` never reads)."""
+    import jax.numpy as jnp
+    from jaxmarl.environments.multi_agent_env import MultiAgentEnv
+    from jaxmarl.environments.spaces import Box, Discrete
+
+    import fusedrl
+
+    class JaxMARLView(MultiAgentEnv):
+        def __init__(self, env):
+            super().__init__(num_agents=len(env.agents))
+            self.env, self.agents, self.max_steps = env, list(env.agents), env.max_steps
+            for a in self.agents:
+                shape, n = env.observation_space(a).shape, env.action_space(a).n
+                self.observation_spaces[a] = Box(-jnp.inf, jnp.inf, tuple(shape), jnp.float32)
+                self.action_spaces[a] = Discrete(int(n))
+
+        def reset(self, key):
+            return self.env.reset(key)
+
+        def step_env(self, key, state, actions):
+            return self.env.step_env(key, state, actions)
+
+        def get_avail_actions(self, state):
+            return self.env.get_avail_actions(state)
+
+    env, _ = fusedrl.make(env_id)
+    if not hasattr(env, "agents"):
+        raise ValueError(f"{env_id} is a single-agent env; the runner needs a multi-agent one.")
+    return JaxMARLView(env)
+
+
+def _route_make(jaxmarl) -> None:
+    """`jaxmarl.make`, in this process: ids with a suite prefix ("jumanji:...") give `jaxmarl_view`,
+    JaxMARL's own ids JaxMARL's env."""
+    make = jaxmarl.make
+
+    def routed(env_id, **kwargs):
+        if ":" in env_id:
+            if kwargs:
+                raise ValueError(f"{env_id}: fusedrl's adapters take no ENV_KWARGS, got {kwargs}")
+            return jaxmarl_view(env_id)
+        return make(env_id, **kwargs)
+
+    jaxmarl.make = routed
+
+
 def _greedy_returns(algo, module, config, params, key, episodes):
     """Team returns [episodes] of the greedy policy on JaxMARL's env (see the module docstring)."""
     import jax
@@ -90,7 +148,7 @@ def _greedy_returns(algo, module, config, params, key, episodes):
         if algo == "mappo"
         else jnp.zeros(())
     )
-    length = env.max_steps + 2  # MPE ends an episode on its step max_steps + 1
+    length = env.max_steps + 2  # MPE ends an episode on its step max_steps + 1, the others by max_steps
 
     def step(carry, step_key):
         obs, state, hidden, done_agents, finished, ret = carry
@@ -119,9 +177,10 @@ def _greedy_returns(algo, module, config, params, key, episodes):
 
 def main() -> None:
     algo = sys.argv[1] if len(sys.argv) > 1 else ""
-    if algo not in SCRIPTS or len(sys.argv) != 7:
+    if algo not in SCRIPTS or len(sys.argv) not in (7, 8):
         sys.exit(
-            f"usage: {sys.argv[0]} ALGO SEEDS NUM_ENVS NUM_STEPS TOTAL EVAL_EPISODES, ALGO in {list(SCRIPTS)}"
+            f"usage: {sys.argv[0]} ALGO SEEDS NUM_ENVS NUM_STEPS TOTAL EVAL_EPISODES [ENV], "
+            f"ALGO in {list(SCRIPTS)}"
         )
     src = os.environ.get("JAXMARL_SRC")
     script, yaml = (os.path.join(src or "", p) for p in SCRIPTS[algo])
@@ -134,16 +193,20 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     import jax
+    import jaxmarl
     import numpy as np
     import wandb
     from omegaconf import OmegaConf
 
     compile_then_run = _load(os.path.join(here, "_timing.py"), "_timing").compile_then_run
 
-    seeds, envs, steps, total, episodes = (int(float(x)) for x in sys.argv[2:])
+    seeds, envs, steps, total, episodes = (int(float(x)) for x in sys.argv[2:7])
     module = _load(script, f"jaxmarl_{algo}_baseline")
     config = OmegaConf.to_container(OmegaConf.load(yaml))
     config.update(NUM_ENVS=envs, NUM_STEPS=steps, TOTAL_TIMESTEPS=total)
+    if len(sys.argv) == 8:
+        config["ENV_NAME"] = sys.argv[7]
+    _route_make(jaxmarl)
     reported = {k: config[k] for k in REPORTED if k in config}
     wandb.init(config=config, mode=config["WANDB_MODE"])
     train = jax.jit(module.make_train(config))  # make_train adds NUM_ACTORS, NUM_UPDATES, ... to config

@@ -1,10 +1,19 @@
-"""Multi-agent PPO (IPPO, MAPPO) against JaxMARL's own baselines on MPE: steps/s and greedy returns.
+"""Multi-agent PPO (IPPO, MAPPO) against JaxMARL's own baselines: steps/s and greedy returns.
 
     python -m fusedrl.bench marl [--algos ippo,mappo[,mappo-ff]] [--seeds 1] [--repeats 3] [--num-envs 16]
                                  [--num-steps 128] [--total-timesteps 262144] [--eval-episodes 64]
+                                 [--env jaxmarl:MPE_simple_spread_v3]
                                  [--peer-python .peers-venv/bin/python --jaxmarl-src DIR]
 
-MPE_simple_spread_v3 (3 agents), at the config of JaxMARL's yaml for each baseline:
+--env: MPE_simple_spread_v3 (3 agents; the default) or Jumanji's LevelBasedForaging
+(`jumanji:LevelBasedForaging-v0`: 2 agents, masked actions). JaxMARL has no LevelBasedForaging: its
+scripts run, unmodified, on fusedrl's adapter of it shown to them as a JaxMARL `MultiAgentEnv`
+(`_jaxmarl_peer.jaxmarl_view`). By design its `ippo_ff_mpe.py` reads no action masks (an action the
+mask forbids is a no-op in LevelBasedForaging: a move into a wall, an agent or food, or a load away
+from food), and it treats the time limit as a termination; ours samples only allowed actions and
+bootstraps there. The IPPO numbers below are also our LevelBasedForaging preset's.
+
+Each algorithm at the config of JaxMARL's yaml for its baseline:
   ippo   ours: `PPOConfig(env_id="jaxmarl:MPE_simple_spread_v3")`, parameters shared, 2x64 tanh, lr 2.5e-4;
          JaxMARL: `baselines/IPPO/ippo_ff_mpe.py` with `config/ippo_ff_mpe.yaml` (the same numbers)
   mappo  ours: recurrent MAPPO, `critic="centralized"`, `recurrent="gru"`, `recurrent_size=128`,
@@ -51,6 +60,8 @@ import numpy as np
 from fusedrl.bench._timing import compile_then_run, cpu_model
 
 ENV_ID = "jaxmarl:MPE_simple_spread_v3"
+#: The envs the bench runs (`--env`); the first is the default.
+ENVS = (ENV_ID, "jumanji:LevelBasedForaging-v0")
 ALGOS = ("ippo", "mappo", "mappo-ff")
 #: What JaxMARL's IPPO and MAPPO yaml files share, as `PPOConfig` fields.
 _SHARED = dict(update_epochs=4, num_minibatches=4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
@@ -82,21 +93,30 @@ PEER_KEYS = {
 PEER_RUNNER = os.path.join(os.path.dirname(__file__), "_jaxmarl_peer.py")
 
 
-def config(algo: str, num_envs: int, num_steps: int, total: int):
-    """Our `PPOConfig` of `algo` ("ippo" or "mappo") at JaxMARL's numbers (`FIELDS`)."""
+def config(algo: str, num_envs: int, num_steps: int, total: int, env_id: str = ENV_ID):
+    """Our `PPOConfig` of `algo` ("ippo" or "mappo") on `env_id` at JaxMARL's numbers (`FIELDS`)."""
     from fusedrl.train import PPOConfig
 
     return PPOConfig(
-        env_id=ENV_ID, num_envs=num_envs, num_steps=num_steps, total_timesteps=total, **FIELDS[algo]
+        env_id=env_id, num_envs=num_envs, num_steps=num_steps, total_timesteps=total, **FIELDS[algo]
     )
 
 
-def run_ours(algo: str, seeds: int, num_envs: int, num_steps: int, total: int, episodes: int) -> dict:
+def peer_env_name(env_id: str) -> str:
+    """The ENV_NAME JaxMARL's script runs `env_id` under: JaxMARL's own id for a `jaxmarl:` env,
+    else fusedrl's id (which the peer runner's `jaxmarl.make` turns into `jaxmarl_view`)."""
+    suite, _, name = env_id.partition(":")
+    return name if suite == "jaxmarl" else env_id
+
+
+def run_ours(
+    algo: str, seeds: int, num_envs: int, num_steps: int, total: int, episodes: int, env_id: str = ENV_ID
+) -> dict:
     """Ours: `seeds` seeds one after another through one compiled `train`, each evaluated greedily
     (`fusedrl.evaluate`, `episodes` episodes); the same fields as the peer runner's JSON line."""
     import fusedrl
 
-    cfg = config(algo, num_envs, num_steps, total)
+    cfg = config(algo, num_envs, num_steps, total, env_id)
     train = jax.jit(fusedrl.make_train(cfg))
     keys = jax.random.split(jax.random.key(0), seeds)
     compile_s, train_s, greedy, trained = 0.0, 0.0, [], []
@@ -132,11 +152,19 @@ def _subprocess(argv: list[str], timeout: float, env: dict[str, str] | None = No
 
 
 def ours_in_subprocess(
-    algo: str, seeds: int, num_envs: int, num_steps: int, total: int, episodes: int, *, timeout: float
+    algo: str,
+    seeds: int,
+    num_envs: int,
+    num_steps: int,
+    total: int,
+    episodes: int,
+    env_id: str = ENV_ID,
+    *,
+    timeout: float,
 ) -> dict:
     code = (
-        f"import json; from fusedrl.bench.marl import run_ours; "
-        f"print(json.dumps(run_ours({algo!r}, {seeds}, {num_envs}, {num_steps}, {total}, {episodes})))"
+        f"import json; from fusedrl.bench.marl import run_ours; print(json.dumps(run_ours("
+        f"{algo!r}, {seeds}, {num_envs}, {num_steps}, {total}, {episodes}, {env_id!r})))"
     )
     return _subprocess([sys.executable, "-c", code], timeout)
 
@@ -150,6 +178,7 @@ def peer_in_subprocess(
     num_steps: int,
     total: int,
     episodes: int,
+    env_id: str = ENV_ID,
     *,
     timeout: float,
 ) -> dict:
@@ -162,20 +191,21 @@ def peer_in_subprocess(
         str(num_steps),
         str(total),
         str(episodes),
+        peer_env_name(env_id),
     ]
     return _subprocess(argv, timeout, env={"JAXMARL_SRC": os.path.abspath(src)})
 
 
-def config_mismatches(algo: str, peer_config: dict) -> list[str]:
-    """The peer's yaml values (its JSON's "config") that differ from our config of `algo`."""
+def config_mismatches(algo: str, peer_config: dict, env_id: str = ENV_ID) -> list[str]:
+    """The peer's yaml values (its JSON's "config") that differ from our config of `algo` on `env_id`."""
     ours = FIELDS[algo]
     bad = [
         f"{key}={peer_config[key]!r} vs {field}={ours[field]!r}"
         for key, field in PEER_KEYS.items()
         if key in peer_config and peer_config[key] != ours[field]
     ]
-    if peer_config.get("ENV_NAME", "MPE_simple_spread_v3") != ENV_ID.partition(":")[2]:
-        bad.append(f"ENV_NAME={peer_config['ENV_NAME']!r} vs {ENV_ID}")
+    if peer_config.get("ENV_NAME", peer_env_name(env_id)) != peer_env_name(env_id):
+        bad.append(f"ENV_NAME={peer_config['ENV_NAME']!r} vs {env_id}")
     if algo == "ippo" and peer_config.get("ACTIVATION", "tanh") != ours["activation"]:
         bad.append(f"ACTIVATION={peer_config['ACTIVATION']!r} vs activation={ours['activation']!r}")
     if algo.startswith("mappo"):
@@ -231,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--num-steps", type=int, default=128)
     p.add_argument("--total-timesteps", type=int, default=262_144, help="env steps per seed")
     p.add_argument("--eval-episodes", type=int, default=64, help="greedy episodes per seed")
+    p.add_argument(
+        "--env", default=ENV_ID, choices=ENVS, help=f"the env both sides train on (default {ENV_ID})"
+    )
     p.add_argument("--peer-python", default=None, help="interpreter that runs JaxMARL's baselines")
     p.add_argument(
         "--jaxmarl-src",
@@ -272,9 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--jaxmarl-src {args.jaxmarl_src}: missing {', '.join(missing)} (copy them, unmodified, "
                 f"from github.com/FLAIROx/JaxMARL)"
             )
-    size = (args.seeds, args.num_envs, args.num_steps, args.total_timesteps, args.eval_episodes)
+    size = (args.seeds, args.num_envs, args.num_steps, args.total_timesteps, args.eval_episodes, args.env)
     print(
-        f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs ({cpu_model()}); {ENV_ID}, "
+        f"jax {jax.__version__}, devices {jax.devices()}, {os.cpu_count()} CPUs ({cpu_model()}); {args.env}, "
         f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps} env steps per seed, "
         f"{args.seeds} seed(s) per run, {args.repeats} repeats, "
         f"{args.eval_episodes} greedy episodes per seed",
@@ -293,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label in labels[r % len(labels) :] + labels[: r % len(labels)]:  # rotate the order
                 runs[label].append(sides[label]())
                 print(json.dumps({"algo": algo, "repeat": r, **runs[label][-1]}), flush=True)
-                bad = config_mismatches(algo, runs[label][-1].get("config", {}))
+                bad = config_mismatches(algo, runs[label][-1].get("config", {}), args.env)
                 if bad:  # a yaml that was changed: no comparison at another config
                     raise SystemExit(f"JaxMARL's {algo} config differs from ours: {'; '.join(bad)}")
         row = {"algo": algo, **{label: summarize(rs) for label, rs in runs.items()}}
