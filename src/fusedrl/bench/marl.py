@@ -207,15 +207,23 @@ def config_mismatches(algo: str, peer_config: dict) -> list[str]:
 
 def summarize(runs: list[dict]) -> dict:
     """Medians over a side's runs: steps/s, compile s; the greedy and training returns of every seed
-    of every run, with their mean."""
+    of every run, with their mean, their standard deviation (over the seeds, ddof 0) and their
+    interquartile mean with its 95% stratified-bootstrap interval (`fusedrl.plotting.iqm_band`, as
+    `fusedrl plot` draws it)."""
+    from fusedrl.plotting import iqm_band
+
     greedy = [g for r in runs for g in r["greedy"]]
     trained = [t for r in runs for t in r["train_ret"]]
+    center, low, high = (float(x[0]) for x in iqm_band(np.asarray(greedy, np.float64)[:, None]))
     return {
         "sps": statistics.median(r["sps"] for r in runs),
         "compile_s": statistics.median(r["compile_s"] for r in runs),
         "sps_runs": [round(r["sps"]) for r in runs],
         "greedy": greedy,
         "greedy_mean": float(np.mean(greedy)),
+        "greedy_std": float(np.std(greedy)),
+        "greedy_iqm": center,
+        "greedy_iqm_95": [low, high],
         "train_ret_mean": float(np.mean(trained)) if trained else None,
     }
 
@@ -304,13 +312,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 o["sps"] / t["sps"] for o, t in zip(runs[f"fusedrl-{algo}"], runs[peer], strict=True))
         rows.append(row)
     print()
-    print(f"{'impl':<15} {'compile s':>9} {'steps/s':>10} {'greedy return (mean; per seed)':<40}")
+    print(f"{'impl':<15} {'compile s':>9} {'steps/s':>10} "
+          f"{'greedy return (mean ± std; IQM [95% interval]; per seed)':<40}")
     for row in rows:
         for label in (f"fusedrl-{row['algo']}", f"jaxmarl-{row['algo']}"):
             if label in row:
                 r = row[label]
                 seeds = ", ".join(f"{g:.2f}" for g in r["greedy"])
-                print(f"{label:<15} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['greedy_mean']:.2f}; {seeds}")
+                low, high = r["greedy_iqm_95"]
+                print(f"{label:<15} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['greedy_mean']:.2f} ± "
+                      f"{r['greedy_std']:.2f}; {r['greedy_iqm']:.2f} [{low:.2f}, {high:.2f}]; {seeds}")
         if "ratio" in row:
             print(f"{row['algo']}: ratio fusedrl/jaxmarl steps/s (median of runs): {row['ratio']:.2f}x, "
                   f"paired {row['paired']:.2f}x")
