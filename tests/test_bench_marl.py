@@ -493,3 +493,20 @@ def test_peer_runner_greedy_returns_on_lbf_match_a_plain_loop_over_jumanjis_env(
         want.append(total)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     assert max(want) > 0.2 and min(want) < max(want) and max(want) <= 0.5 + 1e-6  # scored, told apart
+
+
+def test_marl_bench_summarizes_every_seed_with_mean_std_and_iqm():
+    """A side's summary over the seeds of all its runs: mean, std (ddof 0), and the interquartile
+    mean (the mean of the middle half) with a 95% bootstrap interval inside the seeds' range."""
+    greedy = [-30.0, -21.0, -20.0, -19.5, -19.0, -18.5, -18.0, -12.0]  # two runs of four seeds
+    runs = [dict(sps=1.0, compile_s=1.0, greedy=greedy[:4], train_ret=[-1.0]),
+            dict(sps=3.0, compile_s=2.0, greedy=greedy[4:], train_ret=[-3.0])]
+    s = marl.summarize(runs)
+    assert s["greedy"] == greedy and s["sps"] == 2.0
+    assert s["greedy_mean"] == pytest.approx(sum(greedy) / 8)
+    assert s["greedy_std"] == pytest.approx((sum((g - sum(greedy) / 8) ** 2 for g in greedy) / 8) ** 0.5)
+    assert s["greedy_iqm"] == pytest.approx((-20.0 - 19.5 - 19.0 - 18.5) / 4)  # the outer quarters cut
+    low, high = s["greedy_iqm_95"]
+    assert -30.0 <= low < s["greedy_iqm"] < high <= -12.0
+    same = marl.summarize([dict(sps=1.0, compile_s=1.0, greedy=[-5.0] * 4, train_ret=[])])
+    assert same["greedy_iqm"] == same["greedy_iqm_95"][0] == same["greedy_iqm_95"][1] == -5.0

@@ -24,9 +24,9 @@ Each algorithm at the config of JaxMARL's yaml for its baseline:
          same layers). Still different: our one-hot agent id on the actor's and critic's inputs
          (21 and 57 wide, its 18 and 54); our bootstrap at MPE's time limit; initialisers (ours
          orthogonal, gain sqrt(2) around the GRU and 1 in it; its post-GRU layer gain 2, its GRU's
-         input kernels flax's lecun_normal); one Adam and one gradient-norm clip over actor and
-         critic together (its: one each); minibatches of 4 envs' sequences (12 agent rows; its: 12
-         agent rows drawn apart)
+         input kernels flax's lecun_normal); one gradient-norm clip over actor and critic
+         together (its: one each; Adam, per parameter, is the same); minibatches of 4 envs'
+         sequences (12 agent rows; its: 12 agent rows drawn apart)
   mappo-ff  ours feed-forward: the same numbers without the cell (2x128 ReLU actor and critic),
          against the same recurrent JaxMARL script (it has no feed-forward MAPPO for MPE)
 Both: 4 epochs x 4 minibatches, gamma 0.99, gae_lambda 0.95, clip 0.2, ent 0.01, vf 0.5, grad norm
@@ -237,15 +237,23 @@ def config_mismatches(algo: str, peer_config: dict, env_id: str = ENV_ID) -> lis
 
 def summarize(runs: list[dict]) -> dict:
     """Medians over a side's runs: steps/s, compile s; the greedy and training returns of every seed
-    of every run, with their mean."""
+    of every run, with their mean, their standard deviation (over the seeds, ddof 0) and their
+    interquartile mean with its 95% stratified-bootstrap interval (`fusedrl.plotting.iqm_band`, as
+    `fusedrl plot` draws it)."""
+    from fusedrl.plotting import iqm_band
+
     greedy = [g for r in runs for g in r["greedy"]]
     trained = [t for r in runs for t in r["train_ret"]]
+    center, low, high = (float(x[0]) for x in iqm_band(np.asarray(greedy, np.float64)[:, None]))
     return {
         "sps": statistics.median(r["sps"] for r in runs),
         "compile_s": statistics.median(r["compile_s"] for r in runs),
         "sps_runs": [round(r["sps"]) for r in runs],
         "greedy": greedy,
         "greedy_mean": float(np.mean(greedy)),
+        "greedy_std": float(np.std(greedy)),
+        "greedy_iqm": center,
+        "greedy_iqm_95": [low, high],
         "train_ret_mean": float(np.mean(trained)) if trained else None,
     }
 
@@ -337,13 +345,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 o["sps"] / t["sps"] for o, t in zip(runs[f"fusedrl-{algo}"], runs[peer], strict=True))
         rows.append(row)
     print()
-    print(f"{'impl':<15} {'compile s':>9} {'steps/s':>10} {'greedy return (mean; per seed)':<40}")
+    print(f"{'impl':<15} {'compile s':>9} {'steps/s':>10} "
+          f"{'greedy return (mean ± std; IQM [95% interval]; per seed)':<40}")
     for row in rows:
         for label in (f"fusedrl-{row['algo']}", f"jaxmarl-{row['algo']}"):
             if label in row:
                 r = row[label]
                 seeds = ", ".join(f"{g:.2f}" for g in r["greedy"])
-                print(f"{label:<15} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['greedy_mean']:.2f}; {seeds}")
+                low, high = r["greedy_iqm_95"]
+                print(f"{label:<15} {r['compile_s']:>9.1f} {r['sps']:>10.0f} {r['greedy_mean']:.2f} ± "
+                      f"{r['greedy_std']:.2f}; {r['greedy_iqm']:.2f} [{low:.2f}, {high:.2f}]; {seeds}")
         if "ratio" in row:
             print(f"{row['algo']}: ratio fusedrl/jaxmarl steps/s (median of runs): {row['ratio']:.2f}x, "
                   f"paired {row['paired']:.2f}x")
