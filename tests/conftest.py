@@ -1,5 +1,6 @@
 """Suite-wide settings: strict numerics, and one on-disk cache of compiled programs per test session."""
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -135,7 +136,6 @@ def net_module(tmp_path, monkeypatch):
 def _run_cli(*argv):
     """`fusedrl ARGV...` in this process: (exit status, stdout, stderr). Arguments may be paths or
     numbers; an argparse error (SystemExit) gives its status, as the shell would see it."""
-    import contextlib
     import io
 
     from fusedrl import cli
@@ -154,3 +154,57 @@ def run_cli():
     """The command line, called in-process: `code, out, err = run_cli("train", "--env", ...)`.
     Session-scoped, so that module-scoped fixtures can train through it too."""
     return _run_cli
+
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "examples")
+
+
+@contextlib.contextmanager
+def _docs_example(name: str):
+    """docs/examples/NAME.py imported as `docs.examples.NAME` (importing it registers its envs); on
+    leaving, fusedrl's env registry is as it was and the module is gone from sys.modules, so other
+    tests in this process see only the built-in envs."""
+    import importlib.util
+
+    from fusedrl.envs import registry
+
+    saved = dict(registry._REGISTRY)
+    path = os.path.join(EXAMPLES, f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"docs.examples.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(saved)
+        sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture(scope="session")
+def docs_example():
+    """`with docs_example("my_env") as module:` a docs/examples module, imported for the block; the
+    env registry restored after it. Session-scoped, so that module-scoped fixtures can use it."""
+    return _docs_example
+
+
+@pytest.fixture
+def interrupt_at(monkeypatch):
+    """`interrupt_at(update, error=KeyboardInterrupt)`: the CSV logger raises `error` once it has
+    written `update`'s rows (Ctrl-C by default: on CPU a real one lands inside the jitted run, where
+    the loggers are called). Returns a function that gives the logger back its own `log`."""
+    from fusedrl.loggers import CSVLogger
+
+    original = CSVLogger.log
+
+    def arm(update: int, error: BaseException | type[BaseException] = KeyboardInterrupt):
+        def log_then_raise(self, u, rows):
+            original(self, u, rows)
+            if u == update:
+                raise error
+
+        monkeypatch.setattr(CSVLogger, "log", log_then_raise)
+        return lambda: monkeypatch.setattr(CSVLogger, "log", original)
+
+    return arm

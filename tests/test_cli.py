@@ -744,16 +744,9 @@ def test_help_and_envs(run_cli):
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C
-def test_ctrl_c_keeps_config_and_whole_rows(run_cli, trained, monkeypatch, tmp_path):
+def test_ctrl_c_keeps_config_and_whole_rows(run_cli, trained, interrupt_at, tmp_path):
     """A KeyboardInterrupt raised from inside the jitted run (where a real Ctrl-C lands on CPU)."""
-    original = CSVLogger.log
-
-    def log_then_interrupt(self, update, rows):
-        original(self, update, rows)
-        if update == 4:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    interrupt_at(4)
     run_dir = tmp_path / "run"
     code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir)
     assert code == 130 and "keeps config.json metrics.csv summary.json (the metrics logged so far)." in err
@@ -780,17 +773,10 @@ def test_ctrl_c_message_names_only_the_files_kept(run_cli, monkeypatch, tmp_path
     assert code == 130 and err.rstrip().endswith("keeps config.json."), err
 
 
-def test_an_error_in_one_share_of_the_seeds_is_not_reported_as_an_interrupt(trained, monkeypatch, tmp_path):
+def test_an_error_in_one_share_of_the_seeds_is_not_reported_as_an_interrupt(trained, interrupt_at, tmp_path):
     """With the seeds split over threads (2 cores), a logger's error in one share does not stop
     the other as if Ctrl-C had been pressed, and surfaces as itself."""
-    original = CSVLogger.log
-
-    def log_then_fail(self, update, rows):
-        original(self, update, rows)
-        if update == 2:
-            raise ValueError("logger broke")
-
-    monkeypatch.setattr(CSVLogger, "log", log_then_fail)
+    interrupt_at(2, ValueError("logger broke"))
     longer = trained[0].replace(total_timesteps=4 * 16 * 200)  # the other share is still running
     with pytest.raises(BaseException) as info:
         runs.train_run(longer, tmp_path / "run", num_seeds=2, eval_episodes=4, progress_every=2,

@@ -4,7 +4,6 @@ command line trains it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import re
@@ -25,20 +24,10 @@ ENV_ID = "WalkToTarget-v0"
 
 
 @pytest.fixture(scope="module")
-def my_env():
-    """The example module, imported once (importing it registers the env); the registry is restored
-    afterwards, so other test files in this process see only the built-in envs."""
-    from fusedrl.envs import registry
-
-    saved = dict(registry._REGISTRY)
-    spec = importlib.util.spec_from_file_location("docs.examples.my_env", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
-    del sys.modules[spec.name]
+def my_env(docs_example):
+    """The example module, imported once for this file (importing it registers the env)."""
+    with docs_example("my_env") as module:
+        yield module
 
 
 def test_the_example_follows_the_env_contract(my_env):

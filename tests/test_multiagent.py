@@ -29,7 +29,6 @@ from fusedrl.envs import wrappers as W
 from fusedrl.train import A2CConfig, PPOConfig, ReinforceConfig, make_train
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "docs" / "examples" / "my_team.py"
 ENV_ID = "MatchingTeam-v0"
 MAX_STEPS = 8  # MatchingTeam's default time limit
 
@@ -142,26 +141,17 @@ def shifted_team(base):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def my_team():
-    """docs/examples/my_team.py imported (it registers MatchingTeam-v0) and the test envs registered;
-    the registry is restored afterwards."""
-    from fusedrl.envs import registry
-
-    saved = dict(registry._REGISTRY)
-    spec = importlib.util.spec_from_file_location("docs.examples.my_team", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    fusedrl.register("ShiftedTeam-v0", shifted_team(module.MatchingTeam))
-    fusedrl.register("EndsEarly-v0", EndsEarly)
-    fusedrl.register("Trap-v0", Trap)
-    fusedrl.register("PaddedTrap-v0", PaddedTrap)
-    fusedrl.register("MixedKinds-v0", MixedKinds)
-    fusedrl.register("BoxSizes-v0", BoxSizes)
-    yield module
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
-    sys.modules.pop(spec.name, None)
+def my_team(docs_example):
+    """docs/examples/my_team.py imported (it registers MatchingTeam-v0) and the test envs registered,
+    for this file."""
+    with docs_example("my_team") as module:
+        fusedrl.register("ShiftedTeam-v0", shifted_team(module.MatchingTeam))
+        fusedrl.register("EndsEarly-v0", EndsEarly)
+        fusedrl.register("Trap-v0", Trap)
+        fusedrl.register("PaddedTrap-v0", PaddedTrap)
+        fusedrl.register("MixedKinds-v0", MixedKinds)
+        fusedrl.register("BoxSizes-v0", BoxSizes)
+        yield module
 
 
 # ------------------------------------------------------------------------------ the contract

@@ -26,7 +26,7 @@ import fusedrl
 from fusedrl import runs
 from fusedrl.envs import wrappers as W
 from fusedrl.evaluation import eval_reset
-from fusedrl.loggers import CSV_COLUMNS, CSVLogger, TensorBoardLogger
+from fusedrl.loggers import CSV_COLUMNS, TensorBoardLogger
 from fusedrl.train import PPOConfig, make_train
 
 ENV_ID = "Tally-v0"
@@ -150,21 +150,14 @@ def test_metrics_csv_has_a_column_per_agent(finished):
         np.testing.assert_allclose(sums, sums[0], rtol=1e-6)
 
 
-def test_a_resumed_run_keeps_the_per_agent_columns(finished, tmp_path, monkeypatch):
+def test_a_resumed_run_keeps_the_per_agent_columns(finished, tmp_path, interrupt_at):
     """Interrupted after update 3 (its checkpoint holds update 2), then resumed: metrics.csv has the same
     header and rows as the run never interrupted."""
     run, _ = finished
-    original = CSVLogger.log
-
-    def log_then_interrupt(self, u, rows):
-        original(self, u, rows)
-        if u == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    restore = interrupt_at(3)
     with pytest.raises(KeyboardInterrupt):
         runs.train_run(CONFIG, tmp_path / "run", progress_file=io.StringIO(), **OPTIONS)
-    monkeypatch.setattr(CSVLogger, "log", original)
+    restore()
     assert read_csv(tmp_path / "run")[0] == CSV_COLUMNS + PER_AGENT
     runs.resume_run(tmp_path / "run", progress_file=io.StringIO())
     resumed = read_csv(tmp_path / "run")

@@ -4,9 +4,6 @@ JaxMARL's own step (its reward plus coef times its info["shaped_reward"], cook b
 from __future__ import annotations
 
 import functools
-import importlib.util
-import pathlib
-import sys
 import warnings
 
 import jax
@@ -19,22 +16,11 @@ jaxmarl = pytest.importorskip("jaxmarl", reason="jaxmarl is not installed (pip i
 import fusedrl  # noqa: E402
 from fusedrl.envs.multiagent import TeamEnv  # noqa: E402
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "examples" / "overcooked_shaped.py"
-
 
 @pytest.fixture(scope="module")
-def example():
-    from fusedrl.envs import registry
-
-    saved = dict(registry._REGISTRY)
-    spec = importlib.util.spec_from_file_location("overcooked_shaped", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
-    sys.modules.pop(spec.name, None)
+def example(docs_example):
+    with docs_example("overcooked_shaped") as module:
+        yield module
 
 
 def test_each_cooks_reward_is_jaxmarls_plus_coef_times_its_shaped_reward(example):

@@ -12,7 +12,6 @@ import pytest
 from fusedrl import checkpoint as ckpt
 from fusedrl import runs
 from fusedrl.data_parallel import data_parallel_train
-from fusedrl.loggers import CSVLogger
 from fusedrl.sweeps import sweep
 from fusedrl.train import PPOConfig, make_train
 
@@ -30,20 +29,13 @@ def arrays(tree):
     return [np.asarray(data(x)) for x in jax.tree.leaves(tree)]
 
 
-def test_an_interrupted_recurrent_run_resumes_bit_for_bit(monkeypatch, tmp_path):
+def test_an_interrupted_recurrent_run_resumes_bit_for_bit(interrupt_at, tmp_path):
     config = PPOConfig(**TINY)
     full = runs.train_run(config, tmp_path / "full", progress_file=io.StringIO(), **OPTIONS)
-    original = CSVLogger.log
-
-    def log_then_interrupt(self, u, rows):  # Ctrl-C once update 3's rows are logged
-        original(self, u, rows)
-        if u == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    restore = interrupt_at(3)  # Ctrl-C once update 3's rows are logged
     with pytest.raises(KeyboardInterrupt):
         runs.train_run(config, tmp_path / "run", progress_file=io.StringIO(), **OPTIONS)
-    monkeypatch.setattr(CSVLogger, "log", original)
+    restore()
     _, state, _, _ = ckpt.restore(tmp_path / "run" / "checkpoint", config)
     np.testing.assert_array_equal(state.update, 2)
     assert np.abs(np.asarray(state.policy_state)).max() > 0  # a carry mid-episode is saved, not zeros

@@ -13,7 +13,6 @@ import pytest
 
 from fusedrl import checkpoint as ckpt
 from fusedrl import cli, run_driver, runs
-from fusedrl.loggers import CSVLogger
 from fusedrl.progress import Monitor, ProgressBar, dispatch
 from fusedrl.train import preset
 
@@ -35,26 +34,14 @@ def arrays(tree):
     return [np.asarray(data(x)) for x in jax.tree.leaves(tree)]
 
 
-def interrupt_at(monkeypatch, update):
-    """Ctrl-C from inside the jitted run once the CSV logger has written `update`'s rows."""
-    original = CSVLogger.log
-
-    def log_then_interrupt(self, u, rows):
-        original(self, u, rows)
-        if u == update:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
-    return original
-
-
-def interrupted_run(monkeypatch, update, run_dir, cfg=None, **options):
+def interrupted_run(interrupt_at, update, run_dir, cfg=None, **options):
     """`train_run` of `cfg` (default `config()`) with OPTIONS and `options`, stopped by Ctrl-C
-    once `update`'s rows are logged; the CSV logger is itself again afterwards."""
-    original = interrupt_at(monkeypatch, update)
+    once `update`'s rows are logged (`interrupt_at`: the conftest fixture); the CSV logger is itself
+    again afterwards."""
+    restore = interrupt_at(update)
     with pytest.raises(KeyboardInterrupt):
         runs.train_run(cfg or config(), run_dir, progress_file=io.StringIO(), **{**OPTIONS, **options})
-    monkeypatch.setattr(CSVLogger, "log", original)
+    restore()
 
 
 def stopped_while_evaluating(finished, run_dir):
@@ -89,10 +76,10 @@ def test_checkpoint_segments():
 
 @pytest.mark.parametrize("num_seeds", [1, 2])
 @pytest.mark.slow
-def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_path, num_seeds):
+def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, interrupt_at, tmp_path, num_seeds):
     full = uninterrupted[num_seeds]
     run_dir = tmp_path / "run"
-    interrupted_run(monkeypatch, 8, run_dir, num_seeds=num_seeds)
+    interrupted_run(interrupt_at, 8, run_dir, num_seeds=num_seeds)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["checkpoint_update"] == 6
     _, state, _, meta = ckpt.restore(run_dir / "checkpoint", config())
@@ -122,12 +109,12 @@ def test_an_interrupted_run_resumes_bit_for_bit(uninterrupted, monkeypatch, tmp_
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-def test_the_cli_resumes_in_a_new_process(run_cli, uninterrupted, monkeypatch, tmp_path):
+def test_the_cli_resumes_in_a_new_process(run_cli, uninterrupted, interrupt_at, tmp_path):
     """Interrupted through the CLI, which says how to resume; resumed by `fusedrl train --resume` in
     another process (which compiles the programs anew): the same agents, bit for bit."""
     full = uninterrupted[2]
     run_dir = tmp_path / "run"
-    interrupt_at(monkeypatch, 8)
+    interrupt_at(8)
     code, _, err = run_cli("train", "--env", "CartPole-v1", "--total-timesteps", 640, "--set", "num_envs=4",
                            "--set", "num_steps=16", "--set", "update_epochs=2", "--set", "num_minibatches=2",
                            "--set", "hidden_sizes=16", "--num-seeds", 2, "--eval-episodes", 4,
@@ -158,13 +145,13 @@ def test_checkpoints_do_not_change_the_training_beyond_rounding(uninterrupted, t
     assert ckpt.read_meta(tmp_path / "plain" / "checkpoint")["extra"]["update"] == 10
 
 
-def test_a_run_without_a_checkpoint_cannot_resume(monkeypatch, tmp_path):
-    interrupted_run(monkeypatch, 2, tmp_path / "early", num_seeds=1)  # before the first checkpoint (3)
+def test_a_run_without_a_checkpoint_cannot_resume(interrupt_at, tmp_path):
+    interrupted_run(interrupt_at, 2, tmp_path / "early", num_seeds=1)  # before the first checkpoint (3)
     restart = r"fusedrl train --config .*config.json --out .*early --overwrite"
     with pytest.raises(runs.ResumeError,
                        match=r"before its first checkpoint \(checkpoint_every=3 updates\).*" + restart):
         runs.resume_run(tmp_path / "early", progress_file=io.StringIO())
-    interrupted_run(monkeypatch, 4, tmp_path / "none", num_seeds=1, checkpoint_every=0)
+    interrupted_run(interrupt_at, 4, tmp_path / "none", num_seeds=1, checkpoint_every=0)
     with pytest.raises(runs.ResumeError, match=r"without checkpoints during training \(checkpoint_every=0\)"):
         runs.resume_run(tmp_path / "none", progress_file=io.StringIO())
 
@@ -280,15 +267,15 @@ def test_resume_of_a_damaged_folder_is_a_usage_error(run_cli, uninterrupted, tmp
     assert "config.json was edited" not in err and "Traceback" not in err, err
 
 
-def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_continue(run_cli, monkeypatch,
+def test_a_resumed_run_interrupted_before_its_next_checkpoint_says_how_to_continue(run_cli, interrupt_at,
                                                                                    tmp_path):
     """Interrupted at update 4, resumed at update 3, interrupted again at update 4 (before the
     checkpoint at 6): the checkpoint of update 3 is still there, so summary.json and the CLI must
     still say so."""
     run_dir = tmp_path / "run"
-    interrupted_run(monkeypatch, 4, run_dir, num_seeds=1)
+    interrupted_run(interrupt_at, 4, run_dir, num_seeds=1)
     assert json.loads((run_dir / "summary.json").read_text())["checkpoint_update"] == 3
-    interrupt_at(monkeypatch, 4)
+    interrupt_at(4)
     code, _, err = run_cli("train", "--resume", run_dir, "--no-progress")
     assert code == 130
     assert ckpt.read_meta(run_dir / "checkpoint")["extra"]["update"] == 3
@@ -331,7 +318,7 @@ def test_resume_refuses_a_config_whose_seed_differs_from_the_checkpoint(uninterr
 
 @pytest.mark.parametrize("num_seeds,every,stop", [(2, 4, 10), (1, 1, 5)])
 @pytest.mark.slow
-def test_normalised_runs_resume_bit_for_bit(monkeypatch, tmp_path, num_seeds, every, stop):
+def test_normalised_runs_resume_bit_for_bit(interrupt_at, tmp_path, num_seeds, every, stop):
     """Pendulum (observation and reward normalisation), 11 updates: checkpoints every 4 (not a
     divisor) with 2 seeds, or after every update with 1 seed."""
     cfg = preset("Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 11, update_epochs=2,
@@ -339,7 +326,7 @@ def test_normalised_runs_resume_bit_for_bit(monkeypatch, tmp_path, num_seeds, ev
     assert cfg.normalize_obs and cfg.normalize_reward
     opts = dict(num_seeds=num_seeds, eval_episodes=2, progress_every=1, checkpoint_every=every)
     full = runs.train_run(cfg, tmp_path / "full", progress_file=io.StringIO(), **opts)
-    interrupted_run(monkeypatch, stop, tmp_path / "run", cfg, **opts)
+    interrupted_run(interrupt_at, stop, tmp_path / "run", cfg, **opts)
     run = runs.resume_run(tmp_path / "run", progress_file=io.StringIO())
     assert run.summary["resumed_at_update"] == (stop - 1) // every * every
     for a, b in zip(arrays(full.result.state), arrays(run.result.state), strict=True):
@@ -370,12 +357,12 @@ def test_ctrl_c_during_a_stretch_stops_at_its_checkpoint(monkeypatch, tmp_path):
 
 
 def test_a_resume_on_another_number_of_threads_says_it_matches_to_rounding_only(
-        uninterrupted, monkeypatch, tmp_path):
+        uninterrupted, monkeypatch, interrupt_at, tmp_path):
     """Two seeds on two host threads, resumed where the seeds share one thread (a machine with
     one core): other programs, so a note, and the same training to float32 rounding."""
     full = uninterrupted[2]
     monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 2)
-    interrupted_run(monkeypatch, 8, tmp_path / "run", num_seeds=2)
+    interrupted_run(interrupt_at, 8, tmp_path / "run", num_seeds=2)
     monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 1)
     err = io.StringIO()
     run = runs.resume_run(tmp_path / "run", progress=False, progress_file=err)  # said without progress too
@@ -385,13 +372,13 @@ def test_a_resume_on_another_number_of_threads_says_it_matches_to_rounding_only(
         np.testing.assert_allclose(run.result.metrics[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
     err = io.StringIO()  # the same threads: no note
     monkeypatch.setattr(run_driver, "num_streams", lambda num_seeds: 2)
-    interrupted_run(monkeypatch, 8, tmp_path / "again", num_seeds=2)
+    interrupted_run(interrupt_at, 8, tmp_path / "again", num_seeds=2)
     runs.resume_run(tmp_path / "again", progress_file=err)
     assert "host thread" not in err.getvalue()
 
 
-def test_evaluating_an_unfinished_run_says_so(run_cli, monkeypatch, tmp_path):
-    interrupted_run(monkeypatch, 8, tmp_path / "run", num_seeds=1)
+def test_evaluating_an_unfinished_run_says_so(run_cli, interrupt_at, tmp_path):
+    interrupted_run(interrupt_at, 8, tmp_path / "run", num_seeds=1)
     got = runs.evaluate_run(tmp_path / "run")
     assert (got["update"], got["num_updates"]) == (6, 10)
     code, out, err = run_cli("evaluate", tmp_path / "run")
@@ -400,7 +387,8 @@ def test_evaluating_an_unfinished_run_says_so(run_cli, monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(run_cli, monkeypatch, tmp_path):
+def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(
+        run_cli, monkeypatch, interrupt_at, tmp_path):
     # A resumed run continues each seed's W&B run (wandb.init(id=, resume="allow")), not a new one.
     # A stand-in for wandb: what wandb.init was asked for, and run ids as W&B gives them.
     import types
@@ -423,7 +411,7 @@ def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(run_
 
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
     run_dir = tmp_path / "run"
-    original = interrupt_at(monkeypatch, 8)
+    restore = interrupt_at(8)
     code, _, err = run_cli("train", "--env", "CartPole-v1", "--total-timesteps", 640, "--set", "num_envs=4",
                            "--set", "num_steps=16", "--set", "hidden_sizes=16", "--num-seeds", 2,
                            "--eval-episodes", 2, "--progress-every", 2, "--checkpoint-every", 3,
@@ -432,7 +420,7 @@ def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(run_
     assert [kwargs.get("id") for kwargs in inits] == [None, None]
     saved = {"project": "proj", "run_ids": ["new0", "new1"]}
     assert json.loads((run_dir / cli.WANDB_RUNS_FILE).read_text()) == saved
-    monkeypatch.setattr(CSVLogger, "log", original)
+    restore()
     code, _, err = run_cli("train", "--resume", run_dir, "--no-progress", "--wandb-project", "proj")
     assert code == 0, err
     assert [(kwargs.get("id"), kwargs.get("resume")) for kwargs in inits[2:]] == [("new0", "allow"),
@@ -446,13 +434,13 @@ def test_a_resume_logged_to_the_same_wandb_project_continues_its_wandb_runs(run_
         assert [kwargs.get("id") for kwargs in inits] == [None, None], (project, resuming)
 
 
-def test_the_policy_of_an_unfinished_run_says_which_update_it_holds(uninterrupted, monkeypatch, tmp_path):
+def test_the_policy_of_an_unfinished_run_says_which_update_it_holds(uninterrupted, interrupt_at, tmp_path):
     # fusedrl.load of an interrupted run gives the agent at its latest checkpoint (update 6 of 10):
     # it says so, rather than passing it off as the trained policy.
     import fusedrl
 
     run_dir = tmp_path / "run"
-    interrupted_run(monkeypatch, 8, run_dir, num_seeds=1)
+    interrupted_run(interrupt_at, 8, run_dir, num_seeds=1)
     with pytest.warns(RuntimeWarning, match="holds update 6 of 10"):
         pi = fusedrl.load(run_dir)
     assert pi.update == 6
@@ -460,7 +448,7 @@ def test_the_policy_of_an_unfinished_run_says_which_update_it_holds(uninterrupte
 
 
 @pytest.mark.parametrize("algo", ["a2c", "reinforce"])
-def test_a2c_and_reinforce_runs_resume_bit_for_bit_and_load(algo, monkeypatch, tmp_path):
+def test_a2c_and_reinforce_runs_resume_bit_for_bit_and_load(algo, interrupt_at, tmp_path):
     # The run folder records the algorithm ("algo" and its section in config.json): --resume,
     # evaluate and fusedrl.load rebuild the run's own config class.
     import fusedrl
@@ -473,7 +461,7 @@ def test_a2c_and_reinforce_runs_resume_bit_for_bit_and_load(algo, monkeypatch, t
     doc = json.loads((tmp_path / "full" / "config.json").read_text())
     assert doc["algo"] == algo and doc[algo] == cfg.to_dict()
     run_dir = tmp_path / "run"
-    interrupted_run(monkeypatch, 8, run_dir, cfg)
+    interrupted_run(interrupt_at, 8, run_dir, cfg)
     run = runs.resume_run(run_dir, progress_file=io.StringIO())
     assert type(run.config) is type(cfg)
     for a, b in zip(arrays(full.result.state), arrays(run.result.state), strict=True):

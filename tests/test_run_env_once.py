@@ -13,7 +13,6 @@ import fusedrl
 import fusedrl.runs
 from fusedrl.envs import registry
 from fusedrl.envs.cartpole import CartPole
-from fusedrl.loggers import CSVLogger
 
 ENV_ID = "CountedCartPole-v0"
 TINY = ["--set", "num_envs=4", "--set", "num_steps=16", "--set", "update_epochs=1", "--set",
@@ -40,23 +39,16 @@ def counted_env(monkeypatch):
     return CountedCartPole
 
 
-def test_train_and_resume_build_the_env_once(run_cli, counted_env, monkeypatch, tmp_path):
+def test_train_and_resume_build_the_env_once(run_cli, counted_env, interrupt_at, tmp_path):
     out = tmp_path / "run"
     # Interrupted at update 4, after the checkpoint at update 3 (as Ctrl-C would: the CSV logger raises).
-    original = CSVLogger.log
-
-    def log_then_interrupt(self, update, rows):
-        original(self, update, rows)
-        if update == 4:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    restore = interrupt_at(4)
     code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--out", out)
     assert code == 130, err
     assert json.loads((out / "summary.json").read_text())["checkpoint_update"] == 3
     assert counted_env.built == 1, f"`fusedrl train` built the env {counted_env.built} times"
 
-    monkeypatch.setattr(CSVLogger, "log", original)
+    restore()
     counted_env.built = 0
     code, out_text, err = run_cli("train", "--resume", out, "--no-progress")
     assert code == 0, err
@@ -64,10 +56,10 @@ def test_train_and_resume_build_the_env_once(run_cli, counted_env, monkeypatch, 
     assert counted_env.built == 1, f"`fusedrl train --resume` built the env {counted_env.built} times"
 
     # The same interruption, resumed from Python without the env: resume_run builds it once too.
-    monkeypatch.setattr(CSVLogger, "log", log_then_interrupt)
+    restore = interrupt_at(4)
     code, _, err = run_cli("train", "--env", ENV_ID, *TINY, "--out", tmp_path / "python")
     assert code == 130, err
-    monkeypatch.setattr(CSVLogger, "log", original)
+    restore()
     counted_env.built = 0
     run = fusedrl.runs.resume_run(tmp_path / "python", progress=False)
     assert json.loads((tmp_path / "python" / "summary.json").read_text())["status"] == "finished", run

@@ -3,9 +3,6 @@ suite's own, keys, the joint-action mapping, the errors, a PPO smoke run and the
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -107,19 +104,10 @@ def test_unknown_and_unavailable_ids():
 
 
 @pytest.fixture
-def snake_grid():
-    """docs/examples/jumanji_snake_grid.py loaded (it registers "SnakeGrid-v1"); the registry is
-    restored afterwards, so that other tests in this process do not see the id."""
-    from fusedrl.envs import registry
-
-    saved = dict(registry._REGISTRY)
-    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "examples" / "jumanji_snake_grid.py"
-    spec = importlib.util.spec_from_file_location("docs.examples.jumanji_snake_grid", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+def snake_grid(docs_example):
+    """docs/examples/jumanji_snake_grid.py loaded (it registers "SnakeGrid-v1") for one test."""
+    with docs_example("jumanji_snake_grid") as module:
+        yield module
 
 
 def test_ppo_smoke_run_on_snake_grid(snake_grid):
