@@ -510,3 +510,24 @@ def test_marl_bench_summarizes_every_seed_with_mean_std_and_iqm():
     assert -30.0 <= low < s["greedy_iqm"] < high <= -12.0
     same = marl.summarize([dict(sps=1.0, compile_s=1.0, greedy=[-5.0] * 4, train_ret=[])])
     assert same["greedy_iqm"] == same["greedy_iqm_95"][0] == same["greedy_iqm_95"][1] == -5.0
+
+
+def test_marl_bench_takes_the_median_run_and_the_mean_training_return():
+    """Steps/s and compile seconds are medians over a side's runs (one run slowed by the other users of
+    a shared machine must not move them); the training return is the mean of every seed's last one."""
+    runs = [dict(sps=1.0, compile_s=9.0, greedy=[1.0], train_ret=[-1.0, -2.0]),
+            dict(sps=2.0, compile_s=1.0, greedy=[2.0], train_ret=[-3.0]),
+            dict(sps=30.0, compile_s=2.0, greedy=[3.0], train_ret=[-6.0])]
+    s = marl.summarize(runs)
+    assert (s["sps"], s["compile_s"], s["sps_runs"]) == (2.0, 2.0, [1, 2, 30])
+    assert s["train_ret_mean"] == pytest.approx(-3.0)
+    untrained = dict(sps=1.0, compile_s=1.0, greedy=[1.0], train_ret=[])
+    assert marl.summarize([untrained])["train_ret_mean"] is None
+
+
+def test_the_mpe_preset_is_the_bench_ippo_at_jaxmarls_batch():
+    """The MPE_simple_spread_v3 preset is IPPO at JaxMARL's numbers (`marl.FIELDS`, checked against its
+    yaml above) with ippo_ff_mpe.yaml's 16 envs x 128 steps, for 1e6 env steps."""
+    import fusedrl
+
+    assert marl.config("ippo", 16, 128, 1_000_000) == fusedrl.preset(marl.ENV_ID)

@@ -151,6 +151,7 @@ def my_team(docs_example):
         fusedrl.register("PaddedTrap-v0", PaddedTrap)
         fusedrl.register("MixedKinds-v0", MixedKinds)
         fusedrl.register("BoxSizes-v0", BoxSizes)
+        fusedrl.register("Reach-v0", Reach)
         yield module
 
 
@@ -492,8 +493,10 @@ def test_recurrent_mappo_and_unshared_ippo(critic, shared, cell):
     net, params = train.network, result.params
     hp = train.default_hparams()
     obs, _ = train.make_env(hp).reset(jax.random.key(1), hp.env_params)  # rows [8]: env-major
-    carry = jax.tree.map(lambda x: jax.random.normal(jax.random.key(x.size), x.shape),
-                         net.initial_carry(8))  # a different carry per row, actor's and critic's
+    # A different carry per row and per leaf: the actor's and the critic's (an LSTM's c and h) apart.
+    leaves, tree = jax.tree.flatten(net.initial_carry(8))
+    carry = jax.tree.unflatten(tree, [jax.random.normal(jax.random.key(i), x.shape)
+                                      for i, x in enumerate(leaves)])
     new_carry, (pi, value) = net.apply(params, carry, obs)
     base = RecurrentActorCritic(**{f: getattr(net, f) for f in RecurrentActorCritic.__dataclass_fields__
                                    if f not in ("parent", "name")})
@@ -547,3 +550,119 @@ def test_a_sweep_trains_a_multi_agent_env():
     assert returns.shape == (2, 2, 3) == np.shape(swept.metrics["episode_return"])
     losses = np.asarray(swept.metrics["policy_loss"])
     assert not np.array_equal(losses[:, 0], losses[:, 1])  # the two learning rates trained differently
+
+
+# --------------------------------------------------------- the agent networks, part by part
+class Reach:
+    """Continuous actions: agent i steers a 2-number action towards (i, -i) / 2 and earns minus its
+    squared distance; 4-step episodes. Agent i sees [(step + i) / 8] three times."""
+
+    agents = ["agent_0", "agent_1"]
+    num_agents = 2
+    max_steps = 4
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (3,), jnp.float32)
+
+    def action_space(self, agent):
+        return spaces.Box(-1.0, 1.0, (2,), jnp.float32)
+
+    def reset(self, key):
+        s = StepState(jnp.int32(0))
+        return self.get_obs(s), s
+
+    def get_obs(self, s):
+        return {a: jnp.full((3,), (s.step + i) / 8, jnp.float32) for i, a in enumerate(self.agents)}
+
+    def step_env(self, key, s, actions):
+        new = StepState(s.step + 1)
+        rewards = {a: -jnp.sum((actions[a] - jnp.array([i, -i], jnp.float32) / 2) ** 2)
+                   for i, a in enumerate(self.agents)}
+        done = new.step >= self.max_steps
+        return self.get_obs(new), new, rewards, {"agent_0": done, "agent_1": done, "__all__": done}, {}
+
+
+def _mlp64(p, prefix, x, agent):
+    """`_mlp` in float64 NumPy, each row [B] through its own agent's layers (leaves [A, ...])."""
+    def dense(name, x):
+        w, b = (np.asarray(p[name][k], np.float64)[agent] for k in ("kernel", "bias"))
+        return np.einsum("bi,bio->bo", x, w) + b
+
+    x = np.tanh(dense(f"{prefix}_0", x))
+    x = np.tanh(dense(f"{prefix}_1", x))
+    return dense(f"{prefix}_head", x)
+
+
+def test_unshared_continuous_rows_act_with_their_own_agents_gaussian():
+    """share_parameters=False with continuous actions: each row's Gaussian is its own agent's, its
+    mean (the agent's layers) and its log-std (a parameter [A, D] with no row axis, set apart per agent
+    here), against the network written out in float64: the log-probability of an action and the value."""
+    config = PPOConfig(env_id="Reach-v0", share_parameters=False, num_envs=2, num_steps=4,
+                       total_timesteps=2 * 4, hidden_sizes=(8, 8))
+    train = make_train(config)
+    hp = train.default_hparams()
+    params = jax.jit(train.init)(jax.random.key(0), hp).params
+    log_std = np.array([[-1.0, -0.5], [0.3, 0.7]])  # agent 0's, agent 1's
+    actor = {**params["params"]["actor"], "log_std": jnp.asarray(log_std, jnp.float32)}
+    params = {"params": {**params["params"], "actor": actor}}
+    obs, _ = train.make_env(hp).reset(jax.random.key(1), hp.env_params)  # 4 rows, env-major
+    action = jax.random.normal(jax.random.key(2), (4, 2))
+    pi, value = jax.jit(train.network.apply)(params, obs)
+    agent = np.arange(4) % 2
+    p = params["params"]["actor"]
+    own = np.concatenate([obs["agent"], obs["obs"]], axis=-1).astype(np.float64)
+    mean, std = _mlp64(p, "actor", own, agent), np.exp(log_std[agent])
+    a = np.asarray(action, np.float64)
+    log_prob = np.sum(-0.5 * ((a - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi), axis=-1)
+    np.testing.assert_allclose(pi.mean, mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pi.log_prob(action), log_prob, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value, _mlp64(p, "critic", own, agent)[:, 0], rtol=1e-5, atol=1e-6)
+
+
+AGENT_NETWORKS = [("centralized", True, None), ("decentralized", False, None), ("centralized", False, "gru")]
+
+
+@pytest.mark.parametrize("critic, shared, cell", AGENT_NETWORKS,
+                         ids=["MAPPO", "IPPO-unshared", "MAPPO-unshared-gru"])
+def test_the_agent_networks_never_sample_a_masked_action(critic, shared, cell):
+    """MAPPO, one network per agent, and recurrent, the policy is masked as the shared IPPO one is: a
+    rollout of Trap (each agent's masked action pays most) never takes a row's masked action, and
+    takes every allowed one (untrained, a policy that escaped its mask would take it a third of the
+    time)."""
+    config = PPOConfig(env_id="Trap-v0", critic=critic, share_parameters=shared, recurrent=cell,
+                       recurrent_size=8, num_envs=8, num_steps=8, total_timesteps=8 * 8, hidden_sizes=(8,))
+    train = make_train(config)
+    hp = train.default_hparams()
+    venv = train.make_env(hp)
+    state = jax.jit(train.init)(jax.random.key(0), hp)
+    _, traj = jax.jit(lambda s, k: train.rollout(s, hp, venv, k))(state, jax.random.key(1))
+    taken = np.asarray(traj.action)  # [T, N * A]
+    for i, forbidden in enumerate(Trap.FORBIDDEN):
+        assert not (taken[:, i::2] == forbidden).any(), f"agent_{i} took its masked action {forbidden}"
+    assert len(np.unique(taken)) == 3
+
+
+def test_recurrent_agent_networks_start_every_episode_from_zero_carries():
+    """Recurrent MAPPO with an LSTM per agent on EndsEarly (episodes end at random steps, mid-rollout):
+    the rollout's values and log-probabilities are the network's stepped row by row from zero carries,
+    the actor's and the critic's, each set back to zero after every step where the env ended the row's
+    episode."""
+    config = PPOConfig(env_id="EndsEarly-v0", critic="centralized", share_parameters=False, recurrent="lstm",
+                       recurrent_size=8, hidden_sizes=(8,), num_envs=4, num_steps=12, total_timesteps=4 * 12)
+    train = make_train(config)
+    hp = train.default_hparams()
+    venv = train.make_env(hp)
+    state = jax.jit(train.init)(jax.random.key(0), hp)
+    _, traj = jax.jit(lambda s, k: train.rollout(s, hp, venv, k))(state, jax.random.key(1))
+    done = np.asarray(traj.done)  # [T, N * A]
+    assert done[:-1].any() and not done[:, 0::2].all()  # episodes end inside the rollout, not every step
+    apply = jax.jit(train.network.apply)
+    carry = jax.tree.map(np.zeros_like, state.policy_state)  # (actor's, critic's), each an LSTM pair
+    assert len(jax.tree.leaves(carry)) == 4
+    for t in range(config.num_steps):
+        obs = jax.tree.map(lambda x, t=t: x[t], traj.obs)
+        carry, (pi, value) = apply(state.params, carry, obs)
+        np.testing.assert_allclose(value, traj.value[t], rtol=1e-5, atol=1e-6, err_msg=f"value, step {t}")
+        np.testing.assert_allclose(pi.log_prob(traj.action[t]), traj.log_prob[t], rtol=1e-5, atol=1e-5,
+                                   err_msg=f"log_prob, step {t}")
+        carry = jax.tree.map(lambda x, t=t: np.where(done[t][:, None], 0.0, np.asarray(x)), carry)

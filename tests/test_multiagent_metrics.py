@@ -250,3 +250,13 @@ def test_a_single_agent_evaluation_per_agent_is_the_return_alone():
     assert list(got) == ["episode_return"]
     np.testing.assert_array_equal(got["episode_return"], fusedrl.evaluate(
         config, result, jax.random.key(1), num_episodes=2, max_steps=20))
+
+
+def test_per_agent_columns_come_in_the_order_of_the_agents_numbers():
+    """A team of 12 (JaxMARL names them agent_0 ... agent_11): metrics.csv's per-agent columns are in
+    the agents' order, agent_2 before agent_10, whatever order the metrics come in."""
+    from fusedrl.loggers import csv_columns
+
+    names = [f"episode_return_agent_{i}" for i in range(12)]
+    shuffled = [str(n) for n in np.random.default_rng(0).permutation(names)]
+    assert csv_columns(shuffled + ["episode_return", "policy_loss"]) == CSV_COLUMNS + tuple(names)
