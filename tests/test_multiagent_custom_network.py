@@ -3,7 +3,8 @@ network per agent (`share_parameters=False`) on a multi-agent env.
 
 The network is built twice: the actor by `function(obs_shape=<an agent's observation>)`, fed each
 row's {"obs": own observation, "agent": one-hot id}; with MAPPO the critic by
-`function(obs_shape=<the global state>)`, fed {"obs": world_state, "agent": one-hot id}. Without
+`function(obs_shape=<the global state>)`, fed {"obs": world_state, "agent": one-hot id}: each module
+reads what it was built for (the test network notes any other input). Without
 shared parameters every leaf of each has a leading [A] axis and each row takes its agent's. Checked
 here against the same linear network written out in float64 NumPy; the env's action mask applies to
 your network's policy as to the built-in's.
@@ -35,15 +36,19 @@ NETS = textwrap.dedent('''
     from fusedrl.distributions import Categorical
 
     SHAPES = []  # the obs_shape of every call, in order
+    MISFITS = []  # (the obs_shape a Linear was built for, the "obs" entry it read) where they differ
 
 
     class Linear(nn.Module):
         """Logits and value, each one dense layer on every observation entry, concatenated in name order."""
 
         action_dim: int
+        obs_shape: tuple = ()  # what it was built for
 
         @nn.compact
         def __call__(self, obs):
+            if tuple(obs["obs"].shape[1:]) != self.obs_shape:
+                MISFITS.append((self.obs_shape, tuple(obs["obs"].shape[1:])))
             x = jnp.concatenate([obs[k] for k in sorted(obs)], axis=-1)
             logits = nn.Dense(self.action_dim, name="pi")(x)
             return Categorical(logits=logits), nn.Dense(1, name="v")(x)[..., 0]
@@ -51,7 +56,7 @@ NETS = textwrap.dedent('''
 
     def linear(action_dim, discrete, obs_shape, config):
         SHAPES.append(tuple(obs_shape))
-        return Linear(action_dim)
+        return Linear(action_dim, tuple(obs_shape))
 ''')
 
 
@@ -143,6 +148,7 @@ def test_each_part_sees_its_inputs_with_its_agents_parameters(nets, critic, shar
     # The factory's calls: the row as it is (checked by build_network), then the actor on an agent's
     # observation, and with MAPPO the critic on the global state (every agent's observation).
     assert nets.SHAPES[1:] == [(CUES,)] + ([(A * CUES,)] if critic == "centralized" else [])
+    nets.MISFITS.clear()  # from here on each part must read what it was built for
     key = jax.random.key(0)
     start = jax.jit(train.init)(key, train.default_hparams())
     result = jax.jit(train)(key)
@@ -166,6 +172,7 @@ def test_each_part_sees_its_inputs_with_its_agents_parameters(nets, critic, shar
     else:
         want = linear64(p["actor"]["v"], own, agent)[:, 0]
     np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+    assert nets.MISFITS == []  # the critic is the network built for the global state, the actor its own
     if not shared:
         for (path, before), after in zip(jax.tree_util.tree_leaves_with_path(start.params),
                                          jax.tree.leaves(result.params), strict=True):
