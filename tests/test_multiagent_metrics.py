@@ -260,3 +260,14 @@ def test_per_agent_columns_come_in_the_order_of_the_agents_numbers():
     names = [f"episode_return_agent_{i}" for i in range(12)]
     shuffled = [str(n) for n in np.random.default_rng(0).permutation(names)]
     assert csv_columns(shuffled + ["episode_return", "policy_loss"]) == CSV_COLUMNS + tuple(names)
+
+
+def test_a_run_that_ends_before_any_episode_reports_no_agents_train_return(tmp_path):
+    """One update of 2 steps (Tally's episodes last 3 to 5): summary.json's final training returns are
+    None, the team's and each agent's, never the trainer's 0.0 placeholder."""
+    config = CONFIG.replace(total_timesteps=CONFIG.batch_size)
+    run = runs.train_run(config, tmp_path / "run", progress_file=io.StringIO(), num_seeds=1, eval_episodes=2,
+                         checkpoint_every=0)
+    summary = json.loads((run.path / "summary.json").read_text())
+    assert summary["final_train_return_per_seed"] == [None]
+    assert summary["final_train_return_per_agent"] == {a: [None] for a in AGENTS}
