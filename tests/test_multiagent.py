@@ -602,6 +602,9 @@ def test_unshared_continuous_rows_act_with_their_own_agents_gaussian():
     train = make_train(config)
     hp = train.default_hparams()
     params = jax.jit(train.init)(jax.random.key(0), hp).params
+    # Each agent's network starts from its own draw, as separate networks would: every kernel [A, ...].
+    kernels = [x for path, x in jax.tree_util.tree_leaves_with_path(params) if "kernel" in str(path[-1])]
+    assert kernels and all(not np.allclose(k[0], k[1]) for k in kernels)
     log_std = np.array([[-1.0, -0.5], [0.3, 0.7]])  # agent 0's, agent 1's
     actor = {**params["params"]["actor"], "log_std": jnp.asarray(log_std, jnp.float32)}
     params = {"params": {**params["params"], "actor": actor}}
@@ -653,6 +656,9 @@ def test_recurrent_agent_networks_start_every_episode_from_zero_carries():
     hp = train.default_hparams()
     venv = train.make_env(hp)
     state = jax.jit(train.init)(jax.random.key(0), hp)
+    leaves = jax.tree_util.tree_leaves_with_path(state.params)
+    kernels = [x for path, x in leaves if "kernel" in str(path[-1])]
+    assert kernels and all(not np.allclose(k[0], k[1]) for k in kernels)  # each agent's own initial draw
     _, traj = jax.jit(lambda s, k: train.rollout(s, hp, venv, k))(state, jax.random.key(1))
     done = np.asarray(traj.done)  # [T, N * A]
     assert done[:-1].any() and not done[:, 0::2].all()  # episodes end inside the rollout, not every step
