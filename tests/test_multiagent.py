@@ -1,9 +1,11 @@
 """Multi-agent envs on JaxMARL's `MultiAgentEnv` contract: IPPO and MAPPO on the one trainer.
 
 The env is docs/examples/my_team.py's `MatchingTeam` (two agents see the same cue and score by
-picking different actions, so only the one-hot agent id lets one shared policy solve it), plus two
-small envs defined here: one that terminates early (termination against truncation) and a trap
-whose masked actions pay most (masks honoured).
+picking different actions, so only the one-hot agent id lets one shared policy solve it), plus small
+envs defined here: two that terminate early (termination against truncation; one ends a step after
+its step count reaches max_steps, as JaxMARL's MPE does), a trap whose masked actions pay most
+(masks honoured), three agents that differ (padding, masks and global state against NumPy) and
+envs that break the contract (refused by name).
 """
 
 from __future__ import annotations
@@ -129,6 +131,77 @@ class BoxSizes(EndsEarly):
         return spaces.Box(-1.0, 1.0, (2,) if agent == "agent_0" else (3,), jnp.float32)
 
 
+class EndsLate(EndsEarly):
+    """Ends (terminated) on the step agent_0 picks action 1; else on step max_steps + 1, one step after
+    its step count reached max_steps (as JaxMARL's MPE does): that end is the time limit too."""
+
+    def step_env(self, key, s, actions):
+        new = StepState(s.step + 1)
+        done = (actions["agent_0"] == 1) | (new.step > self.max_steps)
+        rewards = {"agent_0": jnp.float32(1.0), "agent_1": jnp.float32(3.0)}
+        return self.get_obs(new), new, rewards, {"agent_0": done, "agent_1": done, "__all__": done}, {}
+
+
+class Uneven:
+    """Three agents that differ, for `TeamEnv` on its own: agent i sees i + 1 numbers (10 * i + the
+    step count, then 1, 2, ...), has 2 + (i > 0) actions, is paid 10 * i + its action, and (`masked`)
+    may not take action (step + i) % its number of actions. Ends after `max_steps` steps."""
+
+    agents = ["agent_0", "agent_1", "agent_2"]
+    num_agents = 3
+    max_steps = 3
+    SIZES = (2, 3, 3)
+
+    def __init__(self, masked=True):
+        if masked:
+            self.get_avail_actions = self._avail
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 100.0, (self.agents.index(agent) + 1,), jnp.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(self.SIZES[self.agents.index(agent)])
+
+    def reset(self, key):
+        s = StepState(jnp.int32(0))
+        return self.get_obs(s), s
+
+    def get_obs(self, s):
+        return {a: jnp.concatenate([jnp.full((1,), 10.0 * i + s.step), jnp.arange(1.0, i + 1.0)])
+                for i, a in enumerate(self.agents)}
+
+    def _avail(self, s):
+        return {a: jnp.arange(n) != (s.step + i) % n
+                for i, (a, n) in enumerate(zip(self.agents, self.SIZES, strict=True))}
+
+    def step_env(self, key, s, actions):
+        new = StepState(s.step + 1)
+        rewards = {a: 10.0 * i + actions[a] for i, a in enumerate(self.agents)}
+        done = new.step >= self.max_steps
+        return self.get_obs(new), new, rewards, {**{a: done for a in self.agents}, "__all__": done}, {}
+
+
+class NoDuplicates(EndsEarly):
+    agents = ["agent_0", "agent_0"]
+
+
+class Miscounted(EndsEarly):
+    num_agents = 3
+
+
+class NoSpaces:
+    """EndsEarly without observation_space."""
+
+    agents, num_agents = EndsEarly.agents, 2
+    reset, step_env, get_obs = EndsEarly.reset, EndsEarly.step_env, EndsEarly.get_obs
+    action_space = EndsEarly.action_space
+
+
+class BoxBounds(EndsEarly):
+    def action_space(self, agent):
+        return spaces.Box(-1.0, 1.0 if agent == "agent_0" else 2.0, (2,), jnp.float32)
+
+
 def shifted_team(base):
     """MatchingTeam where agent i sees the cue shifted by i: the agents' observations differ (so an
     observation or global state built from the wrong agent shows)."""
@@ -147,6 +220,7 @@ def my_team(docs_example):
     with docs_example("my_team") as module:
         fusedrl.register("ShiftedTeam-v0", shifted_team(module.MatchingTeam))
         fusedrl.register("EndsEarly-v0", EndsEarly)
+        fusedrl.register("EndsLate-v0", EndsLate)
         fusedrl.register("Trap-v0", Trap)
         fusedrl.register("PaddedTrap-v0", PaddedTrap)
         fusedrl.register("MixedKinds-v0", MixedKinds)
@@ -180,17 +254,69 @@ def test_what_the_learners_cannot_take_is_refused_by_name():
         make_train(PPOConfig(env_id=ENV_ID, share_parameters=False, network="cnn"))
 
 
+def test_what_breaks_the_contract_is_refused_by_name():
+    """An env whose agents are not distinct names, whose num_agents miscounts them, that lacks part of
+    the contract, or whose agents' continuous actions differ in bounds only: a clear error each."""
+    from fusedrl.envs.multiagent import check_multi_agent_env
+
+    with pytest.raises(ValueError, match=r"Dup: env.agents must be a non-empty list of distinct agent names"):
+        check_multi_agent_env("Dup", NoDuplicates())
+    with pytest.raises(ValueError, match=r"Count: env.num_agents is 3 but env.agents names 2"):
+        check_multi_agent_env("Count", Miscounted())
+    with pytest.raises(TypeError, match=r"Bare: a multi-agent env .* needs observation_space"):
+        check_multi_agent_env("Bare", NoSpaces())
+    with pytest.raises(ValueError, match=r"Bounds: the agents' action spaces differ \(agent_0: Box\(shape="
+                       r"\(2,\), low=\(-1.0, -1.0\), high=\(1.0, 1.0\)\), agent_1: Box\(shape=\(2,\), "
+                       r"low=\(-1.0, -1.0\), high=\(2.0, 2.0\)\)"):
+        check_multi_agent_env("Bounds", BoxBounds())
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["env-masks", "padding-only"])
+def test_a_team_of_agents_that_differ_against_numpy(masked):
+    """`TeamEnv` on its own, step by step against the rows written out in NumPy: each agent's
+    observation zero-padded on the right to the largest (3), its one-hot id, its mask (the env's for
+    the state after the step, False from its own number of actions on; padding only without the
+    env's), the global state (every agent's observation unpadded, the same in each row), each agent's
+    reward for its own action, the team reward their mean; the time limit a truncation."""
+    from fusedrl.envs.multiagent import TeamEnv
+
+    team = TeamEnv(Uneven(masked), world_state=True, env_id="Uneven")
+    step, sizes = jax.jit(team.step_env), np.array(Uneven.SIZES)
+
+    def want(t):  # the rows at step count t
+        own = [np.r_[10.0 * i + t, np.arange(1.0, i + 1.0)] for i in range(3)]
+        mask = np.arange(3)[None, :] < sizes[:, None]
+        if masked:
+            mask &= np.arange(3)[None, :] != ((t + np.arange(3)) % sizes)[:, None]
+        return {"obs": np.stack([np.pad(o, (0, 3 - o.size)) for o in own]), "agent": np.eye(3),
+                "action_mask": mask, "world_state": np.tile(np.concatenate(own), (3, 1))}
+
+    obs, state = team.reset_env(jax.random.key(0))
+    for t in range(1, Uneven.max_steps + 1):
+        for k, v in want(t - 1).items():
+            np.testing.assert_array_equal(obs[k], v, err_msg=f"{k} at step {t - 1}")
+        action = (t + np.arange(3)) % sizes  # a different action for each agent
+        obs, state, reward, terminated, info = step(jax.random.key(t), state, jnp.asarray(action, jnp.int32))
+        paid = 10.0 * np.arange(3) + action
+        np.testing.assert_array_equal(info["agent_reward"], paid)
+        np.testing.assert_allclose(reward, paid.mean(), rtol=1e-6)
+        assert (bool(terminated), bool(team.is_truncated(state))) == (False, t == Uneven.max_steps)
+    for k, v in want(Uneven.max_steps).items():
+        np.testing.assert_array_equal(obs[k], v, err_msg=f"{k} after the last step")
+
+
 def _inner_teams(venv, state):
     """The TeamEnv states [N] inside the trainer's wrapped env state."""
     vec = W.find_wrapper_state(venv, state, W.EpisodeStatistics).inner.inner  # AgentsAsRows -> VecEnv
     return vec.env_state
 
 
-@pytest.mark.parametrize("env_id", [ENV_ID, "EndsEarly-v0"])
+@pytest.mark.parametrize("env_id", [ENV_ID, "EndsEarly-v0", "EndsLate-v0"])
 def test_rows_follow_the_envs_own_step(env_id):
     """Row n * A + a of the stepped envs is agent a of env n: its observation, one-hot id and reward are
-    the env's own (its step_env on the same state and actions); an episode that ends at max_steps is
-    truncated, one that the env ends earlier terminated; final_observation is the env's, pre-reset."""
+    the env's own (its step_env on the same state and actions); an episode that the env ends once its
+    own step count has reached max_steps is truncated, one that it ends earlier terminated, and none
+    ends where the env does not end it; final_observation is the env's, pre-reset."""
     train = make_train(PPOConfig(env_id=env_id, num_envs=3, num_steps=8))
     hp = train.default_hparams()
     venv = train.make_env(hp)
@@ -210,19 +336,21 @@ def test_rows_follow_the_envs_own_step(env_id):
             np.testing.assert_array_equal(obs["obs"][i::A], own[a])
             np.testing.assert_array_equal(obs["agent"][i::A], np.tile(np.eye(A)[i], (N, 1)))
         obs, state, reward, terminated, truncated, info = step(state, action)
-        time_up = np.asarray(teams.time) + 1 >= env.max_steps
+        # The env's own step count (not TeamEnv's): an end once it has reached max_steps is the limit.
+        time_up = np.asarray(teams.inner.step) + 1 >= env.max_steps
+        done = np.asarray(want_d["__all__"])
         for i, a in enumerate(env.agents):
             np.testing.assert_array_equal(reward[i::A], want_r[a])
-            if env_id == "EndsEarly-v0":  # deterministic: its next observation is known
+            if env_id != ENV_ID:  # deterministic: its next observation is known
                 np.testing.assert_array_equal(info["final_observation"]["obs"][i::A], want_obs[a])
-            np.testing.assert_array_equal(truncated[i::A], time_up)
-            np.testing.assert_array_equal(terminated[i::A], np.asarray(want_d["__all__"]) & ~time_up)
+            np.testing.assert_array_equal(truncated[i::A], done & time_up)
+            np.testing.assert_array_equal(terminated[i::A], done & ~time_up)
         going = ~np.asarray(terminated | truncated)
         np.testing.assert_array_equal(np.asarray(info["final_observation"]["obs"])[going], obs["obs"][going])
         seen["terminated"] += int(terminated.sum())
         seen["truncated"] += int(truncated.sum())
     assert seen["truncated"] > 0
-    assert (seen["terminated"] > 0) == (env_id == "EndsEarly-v0")
+    assert (seen["terminated"] > 0) == (env_id != ENV_ID)
 
 
 # -------------------------------------------------------------------- float64 update reference

@@ -75,14 +75,15 @@ def test_a_team_step_is_jaxmarls(name, steps):
     assert env.max_steps == getattr(own, "max_steps", None)
     team = TeamEnv(env, world_state=True, env_id=name)
     sizes = [int(own.action_space(a).n) for a in own.agents]
-    for i, a in enumerate(own.agents):  # JaxMARL's spaces, as gymnax's (shapes: what reset returns)
-        assert env.action_space(a).n == sizes[i]
     n = max(sizes)
     step, reset = jax.jit(team.step_env), jax.jit(team.reset_env)
     with jax.numpy_rank_promotion("allow"):
         own_step, own_reset = jax.jit(own.step_env), jax.jit(own.reset)
         own_masks = jax.jit(lambda state: _own_masks(name, own, state))  # one compile, not op by op
         want_obs, state = own_reset(jax.random.key(0))
+    for i, a in enumerate(own.agents):  # JaxMARL's spaces, as gymnax's (shapes: what reset returns)
+        assert env.action_space(a).n == sizes[i]
+        assert env.observation_space(a).shape == np.shape(want_obs[a]), a
     obs, tstate = reset(jax.random.key(0))
     rng = np.random.default_rng(0)
     ends = {"terminated": 0, "truncated": 0}
@@ -139,8 +140,9 @@ def test_a_team_step_is_jaxmarls(name, steps):
 def test_smax_ends_a_battle_won_on_its_last_step_as_a_termination():
     """SMAX's time limit is a truncation, a battle over on the same step a termination: JaxMARL ends an
     episode on the step after its step count reached max_steps (100), as it does MPE's; the state of
-    that step with every unit alive ends at the time limit, the same state with the enemies dead
-    (JaxMARL's is_terminal is True for both) ends the battle."""
+    that step with every unit alive ends at the time limit, the same state with the enemies' health
+    at 0 (alive before the step, dead after it: the battle is won on that step; JaxMARL's is_terminal
+    is True for both) ends the battle."""
     env, _ = fusedrl.make("jaxmarl:smax_3m")
     team = TeamEnv(env, env_id="smax_3m")
     own = _own("smax_3m")
@@ -152,12 +154,14 @@ def test_smax_ends_a_battle_won_on_its_last_step_as_a_termination():
     _, after, _, terminated, _ = jax.jit(team.step_env)(jax.random.key(1), late, stop)
     assert bool(after.inner.state.unit_alive.all()) and int(after.inner.state.step) == 101
     assert bool(team.is_truncated(after)) and not bool(terminated)
-    dead = jnp.arange(6) >= 3  # the enemies, dead before the step: the battle is won on it
-    beaten = late.inner.state.replace(unit_alive=~dead, unit_health=jnp.where(dead, 0.0, inner.unit_health))
+    dead = jnp.arange(6) >= 3  # the enemies: alive before the step, they die in it: the battle is won on it
+    beaten = late.inner.state.replace(unit_health=jnp.where(dead, 0.0, inner.unit_health))
+    assert bool(beaten.unit_alive.all())
     _, won, reward, terminated, _ = jax.jit(team.step_env)(jax.random.key(1), late.replace(
         inner=late.inner.replace(state=beaten)), stop)
     with jax.numpy_rank_promotion("allow"):
         assert bool(own.is_terminal(won.inner)) and bool(own.is_terminal(after.inner))
+    assert not bool(won.inner.state.unit_alive[3:].any())
     assert bool(terminated) and not bool(team.is_truncated(won)) and float(reward) >= 1.0  # the win bonus
 
 

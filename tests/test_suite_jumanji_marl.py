@@ -199,6 +199,44 @@ def test_a_true_end_on_the_last_step_is_a_termination():
     assert not short["s_last"][0, :-1].any()
 
 
+def test_connectors_agents_are_done_when_connected_or_blocked():
+    """The adapter's own `dones` (JaxMARL's contract; `TeamEnv` reads only dones["__all__"]) beside the
+    suite's env over each seed's first episode: an agent is done on the step the suite gives it
+    discount 0 (connected or blocked) or when the episode ends, which is the suite's `LAST`; some
+    agents are done before the episode ends."""
+    name = "Connector-v3"
+    env, _ = fusedrl.make(f"jumanji:{name}")
+    suite = jumanji.make(name)
+
+    def one(seed):
+        def body(carry, key):
+            state, sstate, smask = carry
+            action = jax.random.categorical(key, jnp.where(smask, 0.0, -jnp.inf)).astype(jnp.int32)
+            _, state, _, dones, _ = env.step_env(key, state, {a: action[i] for i, a in enumerate(env.agents)})
+            with jax.numpy_rank_promotion("allow"):
+                sstate, ts = suite.step(sstate, action)
+            last = ts.step_type == StepType.LAST
+            return (state, sstate, ts.observation.action_mask), (dones, ts.discount, last)
+
+        key = jax.random.key(seed)
+        _, state = env.reset(key)
+        with jax.numpy_rank_promotion("allow"):
+            sstate, ts = suite.reset(key)
+        carry = (state, sstate, ts.observation.action_mask)
+        return jax.lax.scan(body, carry, jax.random.split(jax.random.fold_in(key, 1), LIMITS[name]))[1]
+
+    dones, discount, last = jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(jnp.arange(3)))
+    early = 0
+    for s in range(3):
+        end = int(np.flatnonzero(last[s])[0])  # the first episode's last step (the limit at the latest)
+        np.testing.assert_array_equal(dones["__all__"][s, :end + 1], last[s, :end + 1])
+        for i, a in enumerate(env.agents):
+            want = (discount[s, :end + 1, i] == 0) | last[s, :end + 1]
+            np.testing.assert_array_equal(dones[a][s, :end + 1], want, err_msg=f"seed {s} {a}")
+            early += int(want[:end].sum())
+    assert early > 0, "no agent was done before its episode ended: the test checks no agent's own end"
+
+
 def test_ids_are_listed_and_agents_that_differ_are_refused():
     ids = suites.env_ids("jumanji")  # what `fusedrl envs --suites` lists of Jumanji
     assert all(f"jumanji:{n}" in ids for n in NAMES)
