@@ -1,7 +1,7 @@
 """Multi-agent PPO (IPPO, MAPPO) against JaxMARL's own baselines: steps/s and greedy returns.
 
     python -m fusedrl.bench marl [--algos ippo,mappo[,mappo-ff]] [--seeds 1] [--repeats 3] [--num-envs 16]
-                                 [--num-steps 128] [--total-timesteps 262144] [--eval-episodes 64]
+                                 [--num-steps 128] [--total-timesteps 262144] [--eval-episodes 1024]
                                  [--env jaxmarl:MPE_simple_spread_v3]
                                  [--peer-python .peers-venv/bin/python --jaxmarl-src DIR]
 
@@ -37,11 +37,13 @@ Every run is a fresh process (ours: this interpreter; JaxMARL's: `--peer-python`
 order; each run trains `--seeds` seeds one after another through one compiled program (compile
 timed apart, steps/s over the training calls alone) and evaluates each seed's final policy
 greedily on `--eval-episodes` episodes: the team return (the episode's sum of the mean over agents
-of their rewards), ours by `fusedrl.evaluate`, JaxMARL's by the runner on JaxMARL's env. The table
-gives medians over the repeats, the ratio of median steps/s and the paired ratio (the median over repeats
-of each repeat's ours/JaxMARL, which cancels load that drifts between repeats; when the two disagree, the
-load moved during the run); the peer's config is checked
-against ours after each of its runs. The machine is noisy: only ratios measured in one run mean anything.
+of their rewards), ours by `fusedrl.evaluate`, JaxMARL's by the runner on JaxMARL's env. Each seed's
+score is the mean over its episodes, so few episodes add their own noise to the spread over seeds (on
+MPE at 64 episodes most of it: docs/results.md#multi-agent); the default, 1,024, costs little beside
+training. The table gives medians over the repeats, the ratio of median steps/s and the paired ratio
+(the median over repeats of each repeat's ours/JaxMARL, which cancels load that drifts between repeats;
+when the two disagree, the load moved during the run); the peer's config is checked against ours after
+each of its runs. The machine is noisy: only ratios measured in one run mean anything.
 """
 
 from __future__ import annotations
@@ -268,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--num-envs", type=int, default=16)
     p.add_argument("--num-steps", type=int, default=128)
     p.add_argument("--total-timesteps", type=int, default=262_144, help="env steps per seed")
-    p.add_argument("--eval-episodes", type=int, default=64, help="greedy episodes per seed")
+    p.add_argument("--eval-episodes", type=int, default=1024, help="greedy episodes per seed")
     p.add_argument(
         "--env", default=ENV_ID, choices=ENVS, help=f"the env both sides train on (default {ENV_ID})"
     )
