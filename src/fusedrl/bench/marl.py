@@ -25,8 +25,8 @@ Each algorithm at the config of JaxMARL's yaml for its baseline:
          (21 and 57 wide, its 18 and 54); our bootstrap at MPE's time limit; initialisers (ours
          orthogonal, gain sqrt(2) around the GRU and 1 in it; its post-GRU layer gain 2, its GRU's
          input kernels flax's lecun_normal); one gradient-norm clip over actor and critic
-         together (its: one each; Adam, per parameter, is the same); minibatches of 4 envs'
-         sequences (12 agent rows; its: 12 agent rows drawn apart)
+         together (its: one each; Adam, per parameter, is the same). Minibatches are alike: 12
+         agents' whole sequences drawn at random on both sides
   mappo-ff  ours feed-forward: the same numbers without the cell (2x128 ReLU actor and critic),
          against the same recurrent JaxMARL script (it has no feed-forward MAPPO for MPE)
 Both: 4 epochs x 4 minibatches, gamma 0.99, gae_lambda 0.95, clip 0.2, ent 0.01, vf 0.5, grad norm
