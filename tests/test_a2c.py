@@ -222,6 +222,7 @@ def test_memory_does_not_grow_with_total_timesteps():
     (A2CConfig, dict(lr=0.0), ValueError, ["lr", "> 0"]),
     (A2CConfig, dict(num_steps=0), ValueError, ["num_steps", "positive"]),
     (A2CConfig, dict(normalize_adv=1), TypeError, ["normalize_adv", "True or False"]),
+    (A2CConfig, dict(bootstrap_truncation="no"), TypeError, ["bootstrap_truncation", "True or False"]),
     (A2CConfig, dict(lrr=1e-3), TypeError, ["'lrr'", "Did you mean 'lr'"]),
     (A2CConfig, dict(num_envs=1, num_steps=1, normalize_adv=True, total_timesteps=10), ValueError,
      ["batch of one transition", "normalize_adv=False"]),

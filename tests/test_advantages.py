@@ -141,3 +141,33 @@ def test_trainer_advantages_on_a_real_rollout_with_both_kinds_of_ends():
                              config.gamma, config.gae_lambda)
         np.testing.assert_allclose(adv[:, i], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(targets, adv + traj.value, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bootstrap", [True, False], ids=["bootstrap", "as-terminal"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_the_trainers_targets_follow_bootstrap_truncation(algo, bootstrap):
+    """The trainer's advantages on a rollout of Pendulum with a 6-step time limit (truncations, no
+    terminations) against `reference_gae` in float64, with V of each next observation from the
+    network: `bootstrap_truncation=True` bootstraps a truncated step from V of its final
+    observation; False ends it like a terminated one (PPO's and A2C's GAE alike)."""
+    from fusedrl.train import A2CConfig, PPOConfig, make_train
+
+    cls = {"ppo": PPOConfig, "a2c": A2CConfig}[algo]
+    gamma, lam = 0.9, 0.8
+    config = cls(env_id="Pendulum-v1", num_envs=2, num_steps=16, total_timesteps=32, gamma=gamma,
+                 gae_lambda=lam, env_params={"max_steps_in_episode": 6}, bootstrap_truncation=bootstrap)
+    train = make_train(config)
+    hp = train.default_hparams()
+    state = jax.jit(train.init)(jax.random.key(0), hp)
+    venv = train.make_env(hp)
+    _, traj = jax.jit(lambda s, k: train.rollout(s, hp, venv, k, keep_next_obs=True))(state, jax.random.key(1))
+    adv, target = jax.jit(train.advantages)(state.params, traj, hp)
+    done, terminated = np.asarray(traj.done), np.asarray(traj.terminated)
+    assert done.sum() == 2 * 2 and not terminated.any()  # steps 5 and 11 of each env: time limits only
+    v_next = np.asarray(jax.jit(train.values)(state.params, traj.next_obs), np.float64)
+    r, v = np.asarray(traj.reward, np.float64), np.asarray(traj.value, np.float64)
+    term = terminated if bootstrap else done
+    for n in range(2):
+        want = reference_gae(r[:, n], v[:, n], v_next[:, n], term[:, n], done[:, n], gamma, lam)
+        np.testing.assert_allclose(adv[:, n], want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(target[:, n], want + v[:, n], rtol=1e-4, atol=1e-4)

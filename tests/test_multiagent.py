@@ -248,6 +248,10 @@ def test_what_the_learners_cannot_take_is_refused_by_name():
         make_train(PPOConfig(env_id="CartPole-v1", critic="centralized"))
     with pytest.raises(ValueError, match="share_parameters=False.*one agent"):
         make_train(PPOConfig(env_id="CartPole-v1", share_parameters=False))
+    with pytest.raises(ValueError, match="agent_id=False.*CartPole-v1 has one agent.*use agent_id=True"):
+        make_train(PPOConfig(env_id="CartPole-v1", agent_id=False))
+    with pytest.raises(TypeError, match="agent_id must be True or False"):
+        PPOConfig(env_id=ENV_ID, agent_id="no")
     with pytest.raises(ValueError, match="critic must be 'decentralized'.*or 'centralized'"):
         PPOConfig(env_id=ENV_ID, critic="central")
     with pytest.raises(ValueError, match="share_parameters=False builds .* network='cnn'"):
@@ -388,19 +392,21 @@ def packed(obs):
     return jnp.concatenate([obs[k] for k in ("agent", "obs", "world_state") if k in obs], axis=-1)
 
 
-def reference_apply(critic: str, shared: bool, num_agents: int = 2, obs_dim: int = 3):
+def reference_apply(critic: str, shared: bool, agent_id: bool = True, num_agents: int = 2, obs_dim: int = 3):
     """The network written out: the actor reads [one-hot id, own obs]; the critic the same (IPPO) or
-    [one-hot id, world_state] (MAPPO); one set of layers, or each row its agent's."""
+    [one-hot id, world_state] (MAPPO); one set of layers, or each row its agent's (chosen by the id);
+    without `agent_id` neither reads the id."""
     def apply(params, x):
         cut = num_agents + obs_dim
         obs = {"agent": x[..., :num_agents], "obs": x[..., num_agents:cut], "world_state": x[..., cut:]}
         p = params["params"]
         agent = None if shared else jnp.argmax(obs["agent"], axis=-1)
-        actor_p = p if (shared and critic == "decentralized") else p["actor"]
-        local = jnp.concatenate([obs["agent"], obs["obs"]], axis=-1)
+        actor_p = p if (shared and critic == "decentralized" and agent_id) else p["actor"]
+        ids = [obs["agent"]] if agent_id else []
+        local = jnp.concatenate([*ids, obs["obs"]], axis=-1)
         logits = _mlp(actor_p, "actor", local, agent)
         if critic == "centralized":
-            central = jnp.concatenate([obs["agent"], obs["world_state"]], axis=-1)
+            central = jnp.concatenate([*ids, obs["world_state"]], axis=-1)
             value = _mlp(p["critic"], "critic", central, agent)
         else:
             value = _mlp(actor_p, "critic", local, agent)
@@ -409,17 +415,22 @@ def reference_apply(critic: str, shared: bool, num_agents: int = 2, obs_dim: int
     return apply
 
 
-CASES = [("decentralized", True), ("centralized", True), ("decentralized", False)]
+CASES = [("decentralized", True, True), ("centralized", True, True), ("decentralized", False, True),
+         ("decentralized", True, False), ("centralized", True, False), ("decentralized", False, False)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("critic, shared", CASES, ids=["IPPO", "MAPPO", "IPPO-unshared"])
-def test_one_update_matches_a_float64_reference(critic, shared):
+@pytest.mark.parametrize("critic, shared, agent_id", CASES, ids=[
+    "IPPO", "MAPPO", "IPPO-unshared", "IPPO-no-id", "MAPPO-no-id", "IPPO-unshared-no-id"])
+def test_one_update_matches_a_float64_reference(critic, shared, agent_id):
     """One PPO update on the agents' rows against tests/test_update_reference.py's float64 reference
     (GAE per agent row, minibatches of the T * N * A rows, clipped loss, clip, Adam), with the network
-    written out above; and the rows' global state is every agent's observation of its env."""
+    written out above (with and without the id in its input); and the rows' global state is every
+    agent's observation of its env."""
     ref = _reference_module()
-    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, share_parameters=shared, **REF)
+    # Without the id the gradients are smaller: a lower clip norm keeps the clip exercised.
+    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, share_parameters=shared, agent_id=agent_id,
+                       **{**REF, "max_grad_norm": REF["max_grad_norm"] if agent_id else 0.2})
     train = make_train(config)
     hp = train.default_hparams()
     venv = train.make_env(hp)
@@ -444,7 +455,7 @@ def test_one_update_matches_a_float64_reference(critic, shared):
                               num_updates=config.num_updates, update_epochs=config.update_epochs,
                               num_minibatches=config.num_minibatches, normalize_adv=config.normalize_adv,
                               batch_size=T * R)  # the learner's batch: every agent's row
-    apply = reference_apply(critic, shared)
+    apply = reference_apply(critic, shared, agent_id)
     like = types.SimpleNamespace(config=c, network=types.SimpleNamespace(apply=apply), discrete=True)
     traj = traj._replace(obs=packed(traj.obs), next_obs=packed(traj.next_obs))
     np.testing.assert_allclose(apply(state.params, traj.obs)[1], traj.value, rtol=1e-5, atol=1e-5)
@@ -771,6 +782,38 @@ def test_the_agent_networks_never_sample_a_masked_action(critic, shared, cell):
     for i, forbidden in enumerate(Trap.FORBIDDEN):
         assert not (taken[:, i::2] == forbidden).any(), f"agent_{i} took its masked action {forbidden}"
     assert len(np.unique(taken)) == 3
+
+
+@pytest.mark.parametrize("critic, cell", [("decentralized", None), ("decentralized", "gru"), ("centralized", "gru")],
+                         ids=["IPPO", "IPPO-gru", "MAPPO-gru"])
+def test_without_agent_id_a_shared_network_does_not_read_the_id(critic, cell):
+    """agent_id=False: the shared networks' outputs (policy and value, and the next carry) do not change
+    when the rows' ids are swapped; with the id (the default) they do. The first layers then take the
+    observation alone (or the global state alone), one-hot id left out."""
+    out = {}
+    for agent_id in (True, False):
+        config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, recurrent=cell, recurrent_size=8,
+                           hidden_sizes=(8, 8), num_envs=2, num_steps=4, total_timesteps=2 * 4, num_minibatches=2,
+                           agent_id=agent_id)
+        train = make_train(config)
+        hp = train.default_hparams()
+        state = jax.jit(train.init)(jax.random.key(0), hp)
+        obs, _ = train.make_env(hp).reset(jax.random.key(1), hp.env_params)  # 4 rows, env-major
+        swapped = {**obs, "agent": obs["agent"][:, ::-1]}
+        apply = jax.jit(train.network.apply)
+        if cell is None:
+            out[agent_id] = [jax.tree.leaves(apply(state.params, o)) for o in (obs, swapped)]
+        else:
+            out[agent_id] = [jax.tree.leaves(apply(state.params, state.policy_state, o)) for o in (obs, swapped)]
+        first = ("embed_0",) if cell else ("actor_0", "critic_0")  # the layers that read the inputs
+        widths = {jax.tree_util.keystr(path): x.shape[0]
+                  for path, x in jax.tree_util.tree_leaves_with_path(state.params)
+                  if path[-1].key == "kernel" and path[-2].key in first}
+        inputs = {3 + 2 * agent_id, 6 + 2 * agent_id} if critic == "centralized" else {3 + 2 * agent_id}
+        assert set(widths.values()) == inputs, widths
+    for a, b in zip(*out[False], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.allclose(a, b) for a, b in zip(*out[True], strict=True))
 
 
 def test_recurrent_agent_networks_start_every_episode_from_zero_carries():

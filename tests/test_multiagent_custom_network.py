@@ -118,9 +118,9 @@ def nets(tmp_path_factory):
     sys.modules.pop("my_marl_nets", None)
 
 
-def config(critic, shared):
+def config(critic, shared, agent_id=True):
     return PPOConfig(env_id=ENV_ID, network="my_marl_nets:linear", critic=critic, share_parameters=shared,
-                     num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, update_epochs=2, num_minibatches=2,
+                     agent_id=agent_id, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, update_epochs=2, num_minibatches=2,
                      lr=1e-2)
 
 
@@ -133,17 +133,19 @@ def linear64(p, x, agent):
     return np.einsum("bi,bio->bo", x, k[agent]) + b[agent]
 
 
-CASES = [("centralized", True), ("centralized", False), ("decentralized", False)]
+CASES = [("centralized", True, True), ("centralized", False, True), ("decentralized", False, True),
+         ("centralized", True, False), ("decentralized", True, False), ("centralized", False, False)]
 
 
-@pytest.mark.parametrize("critic, shared", CASES, ids=["MAPPO", "MAPPO-unshared", "IPPO-unshared"])
-def test_each_part_sees_its_inputs_with_its_agents_parameters(nets, critic, shared):
+@pytest.mark.parametrize("critic, shared, agent_id", CASES, ids=[
+    "MAPPO", "MAPPO-unshared", "IPPO-unshared", "MAPPO-no-id", "IPPO-no-id", "MAPPO-unshared-no-id"])
+def test_each_part_sees_its_inputs_with_its_agents_parameters(nets, critic, shared, agent_id):
     """Policy and value of the trained network on fresh rows, against the network in float64: the actor
-    on [id, own observation], the critic (MAPPO) on [id, global state] with its own parameters, and
-    without shared parameters each row through its own agent's. The run's unshared agents' parameters
-    all moved in training, each by its own amount."""
+    on [id, own observation], the critic (MAPPO) on [id, global state] with its own parameters (with
+    agent_id=False, without the id), and without shared parameters each row through its own agent's.
+    The run's unshared agents' parameters all moved in training, each by its own amount."""
     nets.SHAPES.clear()
-    cfg = config(critic, shared)
+    cfg = config(critic, shared, agent_id)
     train = make_train(cfg)
     # The factory's calls: the row as it is (checked by build_network), then the actor on an agent's
     # observation, and with MAPPO the critic on the global state (every agent's observation).
@@ -158,7 +160,8 @@ def test_each_part_sees_its_inputs_with_its_agents_parameters(nets, critic, shar
     pi, value = train.network.apply(result.params, obs)
     p = result.params["params"]
     agent = None if shared else np.arange(8) % A
-    own = np.concatenate([obs["agent"], obs["obs"]], axis=-1).astype(np.float64)
+    ids = [obs["agent"]] if agent_id else []
+    own = np.concatenate([*ids, obs["obs"]], axis=-1).astype(np.float64)
     logits = np.asarray(pi.logits)
     assert (logits[1::2, 0] == MASKED_LOGIT).all()  # the trainer masks what your network outputs
     allowed = np.asarray(obs["action_mask"])
@@ -167,7 +170,7 @@ def test_each_part_sees_its_inputs_with_its_agents_parameters(nets, critic, shar
     if critic == "centralized":
         world = np.asarray(obs["world_state"], np.float64)
         np.testing.assert_array_equal(world, np.repeat(np.asarray(obs["obs"]).reshape(4, -1), A, axis=0))
-        central = np.concatenate([obs["agent"], world], axis=-1)
+        central = np.concatenate([*ids, world], axis=-1)
         want = linear64(p["critic"]["v"], central, agent)[:, 0]
     else:
         want = linear64(p["actor"]["v"], own, agent)[:, 0]

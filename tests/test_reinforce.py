@@ -260,6 +260,7 @@ def test_rollouts_shorter_than_the_time_limit_are_refused_before_compiling():
     (dict(clip_eps=0.2), TypeError, ["ReinforceConfig has no field 'clip_eps'", "PPOConfig", "no clipping"]),
     (dict(gae_lambda=0.95), TypeError, ["gae_lambda", "Monte-Carlo returns", "A2CConfig"]),
     (dict(normalize_adv=True), TypeError, ["normalize_adv", "normalize_returns"]),
+    (dict(bootstrap_truncation=False), TypeError, ["bootstrap_truncation", "never bootstraps"]),
     (dict(optimizer="sgd"), ValueError, ["optimizer must be 'rmsprop' or 'adam'", "'sgd'"]),
     (dict(baseline=1), TypeError, ["baseline", "True or False"]),
     (dict(normalize_returns="yes"), TypeError, ["normalize_returns", "True or False"]),

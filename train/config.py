@@ -162,6 +162,10 @@ class OnPolicyConfig:
     #: which these say, so that the multi-agent trainer reads them from every config.
     critic: ClassVar[str] = "decentralized"
     share_parameters: ClassVar[bool] = True
+    agent_id: ClassVar[bool] = True
+    #: Whether a truncated episode (time limit) bootstraps from V of its final observation: a field of
+    #: PPOConfig and A2CConfig; REINFORCE never bootstraps, which this says for the trainer.
+    bootstrap_truncation: ClassVar[bool] = True
 
     def __new__(cls, *args, **kwargs):
         # Before the dataclass __init__: an unknown keyword gets a "did you mean" instead of
@@ -265,7 +269,8 @@ class PPOConfig(OnPolicyConfig):
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
     num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, network, normalize_obs,
-    normalize_reward, normalize_adv, clip_value_loss, target_kl, env_params.
+    normalize_reward, normalize_adv, clip_value_loss, target_kl, recurrent, recurrent_size,
+    compute_dtype, env_params, critic, share_parameters, agent_id, bootstrap_truncation.
     Traced (vmappable, see `traced_fields()`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
     defaults with `env_params` overrides applied.
@@ -280,7 +285,7 @@ class PPOConfig(OnPolicyConfig):
       anneal_lr: decay it linearly per update (constant within one), from lr at the first update
         to lr / num_updates at the last; steps skipped by target_kl still advance the schedule.
       gamma, gae_lambda: discount and GAE lambda. Truncated episodes bootstrap from V of their
-        final observation, terminated ones do not.
+        final observation, terminated ones do not (see bootstrap_truncation).
       clip_eps: the policy ratio's clip range, and also the value clip's (see clip_value_loss).
       ent_coef, vf_coef: weights of the entropy bonus and the value loss 0.5 * E[(V - target)^2].
       max_grad_norm: clip the gradient to this global norm before Adam (inf: no clipping).
@@ -318,6 +323,14 @@ class PPOConfig(OnPolicyConfig):
         observations). Refused on a single-agent env.
       share_parameters: multi-agent envs: one network for every agent (each sees its one-hot id), or
         False for one per agent. See fusedrl.train.multiagent.
+      agent_id: multi-agent envs: the networks read each agent's one-hot id beside its observation
+        (and beside the global state, for the centralised critic); False leaves it out of their
+        input (JaxMARL's MAPPO scripts), so one shared network acts alike for agents that see the
+        same thing. Refused on a single-agent env.
+      bootstrap_truncation: True: an episode cut by a time limit (truncated) bootstraps from V of
+        its final observation, as the time limit is not a state of the task. False: it ends like a
+        terminated one, with no bootstrap (PureJaxRL's and JaxMARL's scripts): the fixed-horizon
+        return, for a task whose horizon is part of it and not shown in the observation.
     """
 
     env_id: str = "CartPole-v1"
@@ -355,13 +368,18 @@ class PPOConfig(OnPolicyConfig):
     # observation) or "centralized" (MAPPO: the global state); and one network for all agents, or one each.
     critic: str = "decentralized"
     share_parameters: bool = True
+    # Multi-agent envs: whether the networks read each agent's one-hot id (it routes rows in any case).
+    agent_id: bool = True
+    # False: a time limit ends the return like a terminal state (no bootstrap from V of the final observation).
+    bootstrap_truncation: bool = True
 
     algo: ClassVar[str] = "ppo"
     _INT_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._INT_FIELDS + ("update_epochs", "num_minibatches",
                                                                            "recurrent_size")
     _OPTIONAL_NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("target_kl",)
     _BOOL_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig._BOOL_FIELDS, "normalize_adv",
-                                               "clip_value_loss", "share_parameters")
+                                               "clip_value_loss", "share_parameters", "agent_id",
+                                               "bootstrap_truncation")
     _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {
         "optimizer": "PPO uses Adam (eps 1e-5)",
         "rmsprop_alpha": "PPO uses Adam (eps 1e-5)",
@@ -433,7 +451,7 @@ class A2CConfig(OnPolicyConfig):
 
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, anneal_lr,
     hidden_sizes, activation, log_std_init, network, normalize_obs, normalize_reward, normalize_adv,
-    optimizer, rmsprop_alpha, rmsprop_eps, compute_dtype, env_params.
+    optimizer, rmsprop_alpha, rmsprop_eps, compute_dtype, env_params, bootstrap_truncation.
     Traced (vmappable): lr, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm; and the env's params.
 
     Fields:
@@ -446,7 +464,8 @@ class A2CConfig(OnPolicyConfig):
       anneal_lr: decay it linearly per update, from lr at the first update to lr / num_updates.
       gamma, gae_lambda: discount and GAE lambda. gae_lambda 1 gives the n-step returns of the A3C
         paper (bootstrapped from V at the rollout's end); < 1 gives GAE. Truncated episodes
-        bootstrap from V of their final observation, terminated ones do not.
+        bootstrap from V of their final observation, terminated ones do not (see
+        bootstrap_truncation).
       ent_coef, vf_coef: weights of the entropy bonus and the value loss 0.5 * E[(V - target)^2].
       max_grad_norm: clip the gradient to this global norm before the optimiser (inf: no clipping).
       hidden_sizes, activation: the MLP torsos (separate for actor and critic), as PPOConfig's.
@@ -461,6 +480,8 @@ class A2CConfig(OnPolicyConfig):
       compute_dtype: "float32", or "bfloat16" for mixed precision in the built-in networks, as
         PPOConfig's (parameters and optimiser state float32; log-probabilities and losses float32).
       env_params: overrides of the env's params (physics constants, time limit).
+      bootstrap_truncation: False ends a time-limited episode like a terminated one, with no
+        bootstrap, as PPOConfig's.
     """
 
     env_id: str = "CartPole-v1"
@@ -486,10 +507,12 @@ class A2CConfig(OnPolicyConfig):
     rmsprop_eps: float = 1e-5
     compute_dtype: str = "float32"
     env_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    bootstrap_truncation: bool = True
 
     algo: ClassVar[str] = "a2c"
     _NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("log_std_init", "rmsprop_alpha", "rmsprop_eps")
-    _BOOL_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._BOOL_FIELDS + ("normalize_adv",)
+    _BOOL_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._BOOL_FIELDS + ("normalize_adv",
+                                                                             "bootstrap_truncation")
     _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {
         "clip_eps": _NO_CLIPPING.format(algo="A2C"),
         "clip_value_loss": _NO_CLIPPING.format(algo="A2C"),
@@ -601,6 +624,8 @@ class ReinforceConfig(OnPolicyConfig):
         "gae_lambda": ("REINFORCE uses Monte-Carlo returns, never bootstrapped; for n-step or GAE advantages "
                        "use fusedrl.A2CConfig"),
         "normalize_adv": "REINFORCE's is normalize_returns",
+        "bootstrap_truncation": ("REINFORCE never bootstraps: a time limit ends the return like a "
+                                 "termination"),
     }
 
     def _check_structure(self) -> None:

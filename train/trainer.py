@@ -358,6 +358,8 @@ class Trainer:
     def advantages(self, params, traj: Transition, hparams: Hyperparams, policy_state=None):
         """The algorithm's (advantages, targets[, weights]), each [T, N], of a [T, N] rollout."""
         with scope("advantages"):
+            if not self.config.bootstrap_truncation:  # a time limit ends the return as a terminal state does
+                traj = traj._replace(terminated=traj.done)
             v_next = self.next_values(params, traj, policy_state) if self.algorithm.bootstraps else None
             return self.algorithm.targets(traj, v_next, hparams)
 
