@@ -131,6 +131,9 @@ def test_marl_bench_names_a_peer_config_that_differs():
         dict(hidden_sizes=(128,)),
         dict(hidden_sizes=(128, 128, 128)),
         dict(activation="tanh"),
+        dict(agent_id=True),
+        dict(bootstrap_truncation=True),
+        dict(clip_grad_per_network=False),
     ],
 )
 def test_marl_bench_reports_a_mappo_network_unlike_jaxmarls(wrong, monkeypatch):
@@ -141,8 +144,8 @@ def test_marl_bench_reports_a_mappo_network_unlike_jaxmarls(wrong, monkeypatch):
 def test_marl_bench_mappo_has_the_layers_of_jaxmarls_mappo_rnn_mpe():
     # mappo_rnn_mpe.py's ActorRNN and CriticRNN, from the yaml's widths: Dense(FC_DIM_SIZE) on the
     # input, flax's GRUCell(GRU_HIDDEN_DIM), Dense(GRU_HIDDEN_DIM), the head (5 actions; 1 value). Its
-    # inputs: an agent's observation (18) and the world state, all three concatenated (54); ours
-    # append the one-hot agent id (3).
+    # inputs: an agent's observation (18) and the world state, all three concatenated (54); ours the
+    # same (agent_id=False: no one-hot id appended).
     import jax
 
     import fusedrl
@@ -166,8 +169,8 @@ def test_marl_bench_mappo_has_the_layers_of_jaxmarls_mappo_rnn_mpe():
                                                                          k[-1].isdigit() for k in p))]
         return [*layers, p[f"{torso}_head"]["kernel"].shape]
 
-    assert ours("actor", "actor") == jaxmarl_layers(18 + 3, 5)
-    assert ours("critic", "critic") == jaxmarl_layers(3 * 18 + 3, 1)
+    assert ours("actor", "actor") == jaxmarl_layers(18, 5)
+    assert ours("critic", "critic") == jaxmarl_layers(3 * 18, 1)
     assert set(params) == {"actor", "critic"}
 
 

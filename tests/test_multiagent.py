@@ -252,6 +252,8 @@ def test_what_the_learners_cannot_take_is_refused_by_name():
         make_train(PPOConfig(env_id="CartPole-v1", agent_id=False))
     with pytest.raises(TypeError, match="agent_id must be True or False"):
         PPOConfig(env_id=ENV_ID, agent_id="no")
+    with pytest.raises(ValueError, match="clip_grad_per_network=True .* needs two networks: critic='centralized'"):
+        PPOConfig(env_id=ENV_ID, clip_grad_per_network=True)
     with pytest.raises(ValueError, match="critic must be 'decentralized'.*or 'centralized'"):
         PPOConfig(env_id=ENV_ID, critic="central")
     with pytest.raises(ValueError, match="share_parameters=False builds .* network='cnn'"):
@@ -417,19 +419,24 @@ def reference_apply(critic: str, shared: bool, agent_id: bool = True, num_agents
 
 CASES = [("decentralized", True, True), ("centralized", True, True), ("decentralized", False, True),
          ("decentralized", True, False), ("centralized", True, False), ("decentralized", False, False)]
+#: JaxMARL's MAPPO choices: no id, the time limit as a terminal state, each network's gradient clipped apart.
+JAXMARLS = dict(agent_id=False, bootstrap_truncation=False, clip_grad_per_network=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("critic, shared, agent_id", CASES, ids=[
-    "IPPO", "MAPPO", "IPPO-unshared", "IPPO-no-id", "MAPPO-no-id", "IPPO-unshared-no-id"])
+@pytest.mark.parametrize("critic, shared, agent_id", CASES + [("centralized", True, JAXMARLS)], ids=[
+    "IPPO", "MAPPO", "IPPO-unshared", "IPPO-no-id", "MAPPO-no-id", "IPPO-unshared-no-id", "MAPPO-jaxmarls"])
 def test_one_update_matches_a_float64_reference(critic, shared, agent_id):
     """One PPO update on the agents' rows against tests/test_update_reference.py's float64 reference
     (GAE per agent row, minibatches of the T * N * A rows, clipped loss, clip, Adam), with the network
-    written out above (with and without the id in its input); and the rows' global state is every
+    written out above (with and without the id in its input; and with JaxMARL's choices: the time limit
+    as terminal, the actor's and critic's gradients clipped apart); and the rows' global state is every
     agent's observation of its env."""
     ref = _reference_module()
+    choices = agent_id if isinstance(agent_id, dict) else dict(agent_id=agent_id)
+    agent_id = choices["agent_id"]
     # Without the id the gradients are smaller: a lower clip norm keeps the clip exercised.
-    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, share_parameters=shared, agent_id=agent_id,
+    config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, share_parameters=shared, **choices,
                        **{**REF, "max_grad_norm": REF["max_grad_norm"] if agent_id else 0.2})
     train = make_train(config)
     hp = train.default_hparams()
@@ -454,10 +461,13 @@ def test_one_update_matches_a_float64_reference(critic, shared, agent_id):
     c = types.SimpleNamespace(clip_value_loss=config.clip_value_loss, anneal_lr=config.anneal_lr,
                               num_updates=config.num_updates, update_epochs=config.update_epochs,
                               num_minibatches=config.num_minibatches, normalize_adv=config.normalize_adv,
+                              clip_grad_per_network=config.clip_grad_per_network,
                               batch_size=T * R)  # the learner's batch: every agent's row
     apply = reference_apply(critic, shared, agent_id)
     like = types.SimpleNamespace(config=c, network=types.SimpleNamespace(apply=apply), discrete=True)
     traj = traj._replace(obs=packed(traj.obs), next_obs=packed(traj.next_obs))
+    if not config.bootstrap_truncation:  # the reference's GAE: every end terminal
+        traj = traj._replace(terminated=traj.done)
     np.testing.assert_allclose(apply(state.params, traj.obs)[1], traj.value, rtol=1e-5, atol=1e-5)
     theta, (mu, nu, count), means, lr, clips = ref.reference_update(like, hp, state, traj)
     assert 0 < clips["ratio"] and 0 < clips["grad"], clips

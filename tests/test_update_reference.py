@@ -145,6 +145,14 @@ def reference_update(train, hp, state, traj):
 
     theta, unravel = ravel_pytree(state.params)
     theta = np.asarray(theta, np.float64)
+    # The gradient's parts clipped apart: the whole vector, or (clip_grad_per_network) each of
+    # params["params"]["actor"] and ["critic"], by their positions in the flat vector.
+    parts = [np.ones(theta.shape, bool)]
+    if getattr(c, "clip_grad_per_network", False):
+        critic = jax.tree_util.tree_map_with_path(
+            lambda path, x: np.full(x.shape, path[1].key == "critic", np.float32), state.params)
+        critic = np.asarray(ravel_pytree(critic)[0]) > 0
+        parts = [~critic, critic]
 
     def loss(theta32, mb):
         pi, v = apply(unravel(theta32), mb["obs"])
@@ -184,9 +192,10 @@ def reference_update(train, hp, state, traj):
             g, s = grad(jnp.asarray(theta, jnp.float32), mb)
             stats.append({k: float(x) for k, x in s.items()})
             g = np.asarray(g, np.float64)
-            norms.append(np.sqrt(np.sum(g * g)))
-            if norms[-1] > max_norm:  # clip the gradient, then Adam
-                g = g * (max_norm / norms[-1])
+            for part in parts:  # clip the gradient (each part apart), then Adam
+                norms.append(np.sqrt(np.sum(g[part] ** 2)))
+                if norms[-1] > max_norm:
+                    g[part] = g[part] * (max_norm / norms[-1])
             count += 1
             mu = ADAM_B1 * mu + (1 - ADAM_B1) * g
             nu = ADAM_B2 * nu + (1 - ADAM_B2) * g * g

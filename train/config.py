@@ -163,6 +163,7 @@ class OnPolicyConfig:
     critic: ClassVar[str] = "decentralized"
     share_parameters: ClassVar[bool] = True
     agent_id: ClassVar[bool] = True
+    clip_grad_per_network: ClassVar[bool] = False
     #: Whether a truncated episode (time limit) bootstraps from V of its final observation: a field of
     #: PPOConfig and A2CConfig; REINFORCE never bootstraps, which this says for the trainer.
     bootstrap_truncation: ClassVar[bool] = True
@@ -270,7 +271,8 @@ class PPOConfig(OnPolicyConfig):
     Static (a change recompiles): env_id, num_envs, num_steps, total_timesteps, update_epochs,
     num_minibatches, anneal_lr, hidden_sizes, activation, log_std_init, network, normalize_obs,
     normalize_reward, normalize_adv, clip_value_loss, target_kl, recurrent, recurrent_size,
-    compute_dtype, env_params, critic, share_parameters, agent_id, bootstrap_truncation.
+    compute_dtype, env_params, critic, share_parameters, agent_id, bootstrap_truncation,
+    clip_grad_per_network.
     Traced (vmappable, see `traced_fields()`): lr, gamma, gae_lambda, clip_eps, ent_coef, vf_coef,
     max_grad_norm; and the env's params (physics), which start from `fusedrl.make(env_id)`'s
     defaults with `env_params` overrides applied.
@@ -288,7 +290,8 @@ class PPOConfig(OnPolicyConfig):
         final observation, terminated ones do not (see bootstrap_truncation).
       clip_eps: the policy ratio's clip range, and also the value clip's (see clip_value_loss).
       ent_coef, vf_coef: weights of the entropy bonus and the value loss 0.5 * E[(V - target)^2].
-      max_grad_norm: clip the gradient to this global norm before Adam (inf: no clipping).
+      max_grad_norm: clip the gradient to this global norm before Adam (inf: no clipping); each
+        network's on its own with clip_grad_per_network.
       hidden_sizes, activation: the MLP torsos (separate for actor and critic); orthogonal init,
         scale sqrt(2) for hidden layers, 0.01 for the policy head and 1 for the value head.
       log_std_init: continuous actions: the initial (state-independent, learned) log-std. Actions
@@ -331,6 +334,9 @@ class PPOConfig(OnPolicyConfig):
         its final observation, as the time limit is not a state of the task. False: it ends like a
         terminated one, with no bootstrap (PureJaxRL's and JaxMARL's scripts): the fixed-horizon
         return, for a task whose horizon is part of it and not shown in the observation.
+      clip_grad_per_network: with critic="centralized" (two networks): clip the actor's gradient and
+        the critic's each to max_grad_norm on its own, as two optimisers would (JaxMARL's MAPPO),
+        instead of their joint global norm. Refused with one actor-critic.
     """
 
     env_id: str = "CartPole-v1"
@@ -372,6 +378,8 @@ class PPOConfig(OnPolicyConfig):
     agent_id: bool = True
     # False: a time limit ends the return like a terminal state (no bootstrap from V of the final observation).
     bootstrap_truncation: bool = True
+    # MAPPO: clip the actor's and the critic's gradients each on its own (two optimisers' way).
+    clip_grad_per_network: bool = False
 
     algo: ClassVar[str] = "ppo"
     _INT_FIELDS: ClassVar[tuple[str, ...]] = OnPolicyConfig._INT_FIELDS + ("update_epochs", "num_minibatches",
@@ -379,7 +387,7 @@ class PPOConfig(OnPolicyConfig):
     _OPTIONAL_NUMBER_FIELDS: ClassVar[tuple[str, ...]] = ("target_kl",)
     _BOOL_FIELDS: ClassVar[tuple[str, ...]] = (*OnPolicyConfig._BOOL_FIELDS, "normalize_adv",
                                                "clip_value_loss", "share_parameters", "agent_id",
-                                               "bootstrap_truncation")
+                                               "bootstrap_truncation", "clip_grad_per_network")
     _MISSING_FIELD_NOTES: ClassVar[dict[str, str]] = {
         "optimizer": "PPO uses Adam (eps 1e-5)",
         "rmsprop_alpha": "PPO uses Adam (eps 1e-5)",
@@ -414,6 +422,10 @@ class PPOConfig(OnPolicyConfig):
         if self.critic not in ("decentralized", "centralized"):
             raise ValueError(f"critic must be 'decentralized' (IPPO: each agent's critic reads its own "
                              f"observation) or 'centralized' (MAPPO: the global state), got {self.critic!r}.")
+        if self.clip_grad_per_network and self.critic != "centralized":
+            raise ValueError("clip_grad_per_network=True clips the actor's and the critic's gradients apart, "
+                             "which needs two networks: critic='centralized' (MAPPO). With one actor-critic "
+                             "(critic='decentralized') use clip_grad_per_network=False.")
 
 
 #: The optimisers A2C and REINFORCE offer (`optimizer`).

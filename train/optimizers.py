@@ -41,13 +41,32 @@ def learning_rate_at(config, hparams: Hyperparams, update, *, steps_per_update: 
     return schedule(update * steps_per_update) if callable(schedule) else schedule
 
 
+#: The networks `clip_each_network` clips apart: the top-level modules of a MAPPO network's params.
+NETWORKS = ("actor", "critic")
+
+
+def clip_each_network(max_norm) -> optax.GradientTransformation:
+    """`optax.clip_by_global_norm(max_norm)` on each network's gradient on its own: the leaves under
+    params["params"]["actor"] and those under ["critic"] (MAPPO's two networks), as two optimisers
+    would clip them (JaxMARL's MAPPO scripts)."""
+    def labels(params):
+        return {name: jax.tree_util.tree_map_with_path(lambda path, _: path[0].key, tree)
+                for name, tree in params.items()}
+
+    clip = optax.clip_by_global_norm(max_norm)
+    return optax.multi_transform(dict.fromkeys(NETWORKS, clip), labels)
+
+
 def adam(config, hparams: Hyperparams, *, steps_per_update: int) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after a global-norm clip, with the config's learning rate, linearly annealed
     per update with `anneal_lr`. `optax.flatten` runs both on one vector instead of a dozen small
-    parameter leaves (fewer, larger kernels)."""
+    parameter leaves (fewer, larger kernels). With `config.clip_grad_per_network` the clip is
+    `clip_each_network`'s, on the tree (Adam, per parameter, is the same on one vector or two)."""
     lr = learning_rate_schedule(config, hparams, steps_per_update=steps_per_update)
-    return optax.flatten(optax.chain(optax.clip_by_global_norm(hparams.max_grad_norm),
-                                     optax.adam(learning_rate=lr, eps=1e-5)))
+    step = optax.adam(learning_rate=lr, eps=1e-5)
+    if config.clip_grad_per_network:
+        return optax.chain(clip_each_network(hparams.max_grad_norm), optax.flatten(step))
+    return optax.flatten(optax.chain(optax.clip_by_global_norm(hparams.max_grad_norm), step))
 
 
 def rmsprop(config, hparams: Hyperparams, *, steps_per_update: int) -> optax.GradientTransformation:
@@ -74,7 +93,9 @@ def one_step_learning_rate(config, hparams: Hyperparams, update):
 
 
 __all__ = [
+    "NETWORKS",
     "adam",
+    "clip_each_network",
     "learning_rate_at",
     "learning_rate_schedule",
     "linear_anneal",

@@ -71,8 +71,11 @@ _SHARED = dict(update_epochs=4, num_minibatches=4, anneal_lr=True, gamma=0.99, g
 #: Each algorithm's config: JaxMARL's yaml numbers (besides the batch and budget).
 FIELDS = {
     "ippo": dict(_SHARED, lr=2.5e-4, hidden_sizes=(64, 64), activation="tanh"),
+    # And JaxMARL's MAPPO choices where fusedrl's defaults differ: no agent id in the networks' inputs,
+    # the time limit as a terminal state, the actor's and the critic's gradients clipped apart.
     "mappo": dict(_SHARED, lr=2e-3, hidden_sizes=(128, 128), activation="relu", recurrent="gru",
-                  recurrent_size=128, critic="centralized"),
+                  recurrent_size=128, critic="centralized", agent_id=False, bootstrap_truncation=False,
+                  clip_grad_per_network=True),
 }
 #: The feed-forward MAPPO (`--algos mappo-ff`): the same numbers, a 2x128 ReLU actor and critic and no
 #: cell, against the same recurrent JaxMARL script.
@@ -198,8 +201,20 @@ def peer_in_subprocess(
     return _subprocess(argv, timeout, env={"JAXMARL_SRC": os.path.abspath(src)})
 
 
+#: mappo_rnn_mpe.py's choices that its yaml does not name, as the `PPOConfig` field that makes each:
+#: (the script's value, what the script does).
+MAPPO_SCRIPT_CHOICES = {
+    "agent_id": (False, "no agent id in the networks' inputs"),
+    "bootstrap_truncation": (False, "the time limit as a terminal state"),
+    "clip_grad_per_network": (True, "the actor's and the critic's gradients clipped apart"),
+}
+
+
 def config_mismatches(algo: str, peer_config: dict, env_id: str = ENV_ID) -> list[str]:
-    """The peer's yaml values (its JSON's "config") that differ from our config of `algo` on `env_id`."""
+    """The peer's yaml values (its JSON's "config") that differ from our config of `algo` on `env_id`,
+    and for MAPPO the script's own choices (`MAPPO_SCRIPT_CHOICES`) that ours does not make."""
+    from fusedrl.train import PPOConfig
+
     ours = FIELDS[algo]
     bad = [
         f"{key}={peer_config[key]!r} vs {field}={ours[field]!r}"
@@ -234,6 +249,10 @@ def config_mismatches(algo: str, peer_config: dict, env_id: str = ENV_ID) -> lis
             bad.append(f"ReLU (hard-coded) vs activation={ours['activation']!r}")
         if peer_config.get("SCALE_CLIP_EPS", False):
             bad.append("SCALE_CLIP_EPS=True vs clip_eps unscaled")
+        # What the script does without a yaml key: `MAPPO_SCRIPT_CHOICES`.
+        for field, (theirs, what) in MAPPO_SCRIPT_CHOICES.items():
+            if ours.get(field, getattr(PPOConfig, field)) != theirs:
+                bad.append(f"{what} vs {field}={ours.get(field, getattr(PPOConfig, field))!r}")
     return bad
 
 
