@@ -137,7 +137,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     # IPPO at JaxMARL's own MPE config (baselines/IPPO/config/ippo_ff_mpe.yaml: 16 envs x 128 steps, 4
     # epochs x 4 minibatches, lr 2.5e-4 annealed, 2x64 tanh), one network shared by the 3 agents, 1e6
-    # env steps (JaxMARL's: 1e7). MAPPO: add critic="centralized" (docs/results.md, Multi-agent).
+    # env steps (JaxMARL's: 1e7). MAPPO: add critic="centralized"; `python -m fusedrl.bench marl --algos
+    # mappo` runs JaxMARL's GRU MAPPO config and choices (docs/results.md, Multi-agent).
     "jaxmarl:MPE_simple_spread_v3": dict(
         num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=4,
         lr=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,

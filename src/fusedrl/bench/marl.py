@@ -21,12 +21,14 @@ Each algorithm at the config of JaxMARL's yaml for its baseline:
          128-unit GRU, a 128-wide ReLU layer and the head (`RecurrentActorCritic`; the critic reads
          the world state); JaxMARL: `baselines/MAPPO/mappo_rnn_mpe.py` with
          `config/mappo_homogenous_rnn_mpe.yaml` (lr 2e-3, FC_DIM_SIZE 128, GRU_HIDDEN_DIM 128: the
-         same layers). Still different: our one-hot agent id on the actor's and critic's inputs
-         (21 and 57 wide, its 18 and 54); our bootstrap at MPE's time limit; initialisers (ours
-         orthogonal, gain sqrt(2) around the GRU and 1 in it; its post-GRU layer gain 2, its GRU's
-         input kernels flax's lecun_normal); one gradient-norm clip over actor and critic
-         together (its: one each; Adam, per parameter, is the same). Minibatches are alike: 12
-         agents' whole sequences drawn at random on both sides
+         same layers); and the script's own choices, which are not fusedrl's defaults
+         (`MAPPO_SCRIPT_CHOICES`): `agent_id=False` (no one-hot id: inputs 18 and 54 wide, as
+         its), `bootstrap_truncation=False` (MPE's time limit as a terminal state) and
+         `clip_grad_per_network=True` (its two optimisers each clip their own gradient; Adam, per
+         parameter, is the same). Still different: initialisers (ours orthogonal, gain sqrt(2)
+         around the GRU and 1 in it; its post-GRU layer gain 2, its GRU's input kernels flax's
+         lecun_normal). Minibatches are alike: 12 agents' whole sequences drawn at random on both
+         sides
   mappo-ff  ours feed-forward: the same numbers without the cell (2x128 ReLU actor and critic),
          against the same recurrent JaxMARL script (it has no feed-forward MAPPO for MPE)
 Both: 4 epochs x 4 minibatches, gamma 0.99, gae_lambda 0.95, clip 0.2, ent 0.01, vf 0.5, grad norm
