@@ -208,3 +208,29 @@ def interrupt_at(monkeypatch):
         return lambda: monkeypatch.setattr(CSVLogger, "log", original)
 
     return arm
+
+
+def _tensorboard_scalars(logdir) -> list[tuple[str, float, int]]:
+    """Every scalar tensorboardX wrote under `logdir`: (tag, value, step), in the order written. The event
+    files are TFRecords (a little-endian uint64 length, its CRC, the record, its CRC), each record a
+    serialised `Event`, decoded with tensorboardX's own proto."""
+    import pathlib
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    scalars = []
+    for path in sorted(pathlib.Path(logdir).rglob("events.out.tfevents.*")):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            (length,) = struct.unpack("<Q", data[i:i + 8])
+            event = event_pb2.Event.FromString(data[i + 12:i + 12 + length])
+            i += 12 + length + 4
+            scalars += [(v.tag, v.simple_value, event.step) for v in event.summary.value]
+    return scalars
+
+
+@pytest.fixture(scope="session")
+def tensorboard_scalars():
+    """`tensorboard_scalars(logdir)`: the scalars tensorboardX wrote there, [(tag, value, step)]."""
+    return _tensorboard_scalars

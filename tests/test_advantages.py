@@ -160,7 +160,8 @@ def test_the_trainers_targets_follow_bootstrap_truncation(algo, bootstrap):
     hp = train.default_hparams()
     state = jax.jit(train.init)(jax.random.key(0), hp)
     venv = train.make_env(hp)
-    _, traj = jax.jit(lambda s, k: train.rollout(s, hp, venv, k, keep_next_obs=True))(state, jax.random.key(1))
+    rollout = jax.jit(lambda s, k: train.rollout(s, hp, venv, k, keep_next_obs=True))
+    _, traj = rollout(state, jax.random.key(1))
     adv, target = jax.jit(train.advantages)(state.params, traj, hp)
     done, terminated = np.asarray(traj.done), np.asarray(traj.terminated)
     assert done.sum() == 2 * 2 and not terminated.any()  # steps 5 and 11 of each env: time limits only

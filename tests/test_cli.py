@@ -828,21 +828,10 @@ def test_first_sigint_stops_at_the_next_callback():
 
 
 # ------------------------------------------------------------------------- optional loggers
-def test_optional_loggers_log_per_seed_with_fake_backends(monkeypatch, tmp_path):
-    scalars, wandb_logs = [], []
-
-    class Writer:
-        def __init__(self, logdir):
-            self.logdir = logdir
-
-        def add_scalar(self, tag, value, step):
-            scalars.append((tag, value, step))
-
-        def flush(self):
-            pass
-
-        def close(self):
-            pass
+def test_optional_loggers_log_per_seed(monkeypatch, tmp_path, tensorboard_scalars):
+    """TensorBoard (tensorboardX, its event file read back) and W&B (a stand-in recording its calls):
+    one curve per seed."""
+    wandb_logs = []
 
     class WandbRun:
         def __init__(self, name):
@@ -854,13 +843,12 @@ def test_optional_loggers_log_per_seed_with_fake_backends(monkeypatch, tmp_path)
         def finish(self):
             pass
 
-    monkeypatch.setitem(sys.modules, "tensorboardX", types.SimpleNamespace(SummaryWriter=Writer))
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: WandbRun(kw["name"])))
     rows = [{"update": 1, "seed": s, "env_steps": 64, "episode_return": 10.0 + s} for s in (0, 1)]
     for logger in (TensorBoardLogger(tmp_path), WandbLogger("proj", name="run", num_seeds=2)):
         logger.log(1, rows)
         logger.close()
-    assert ("seed_1/episode_return", 11.0, 64) in scalars
+    assert ("seed_1/episode_return", 11.0, 64) in tensorboard_scalars(tmp_path)
     assert wandb_logs == [("run-seed0", 10.0, 64), ("run-seed1", 11.0, 64)]
 
 
@@ -918,28 +906,13 @@ def test_missing_optional_logger_is_a_clear_cli_error(run_cli, monkeypatch, tmp_
     assert not (tmp_path / "r").exists()
 
 
-def test_tensorboard_run_writes_per_seed_scalars(run_cli, trained, monkeypatch, tmp_path):
-    written = []
-
-    class Writer:
-        def __init__(self, logdir):
-            os.makedirs(logdir)  # like tensorboardX: the directory appears at construction
-
-        def add_scalar(self, tag, value, step):
-            written.append((tag, step))
-
-        def flush(self):
-            pass
-
-        def close(self):
-            pass
-
-    monkeypatch.setitem(sys.modules, "tensorboardX", types.SimpleNamespace(SummaryWriter=Writer))
+def test_tensorboard_run_writes_per_seed_scalars(run_cli, trained, tmp_path, tensorboard_scalars):
     run_dir = tmp_path / "tb"
     code, _, err = run_cli("train", "--env", "CartPole-v1", *TINY_ARGS, *RUN_ARGS, "--out", run_dir,
                            "--tensorboard")
     assert code == 0, err
     assert (run_dir / "tensorboard").is_dir() and (run_dir / "checkpoint").is_dir()
+    written = [(tag, step) for tag, _, step in tensorboard_scalars(run_dir / "tensorboard")]
     assert ("seed_0/episode_return", 128) in written and ("seed_1/episode_return", 384) in written
 
 

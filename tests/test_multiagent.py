@@ -252,7 +252,7 @@ def test_what_the_learners_cannot_take_is_refused_by_name():
         make_train(PPOConfig(env_id="CartPole-v1", agent_id=False))
     with pytest.raises(TypeError, match="agent_id must be True or False"):
         PPOConfig(env_id=ENV_ID, agent_id="no")
-    with pytest.raises(ValueError, match="clip_grad_per_network=True .* needs two networks: critic='centralized'"):
+    with pytest.raises(ValueError, match="clip_grad_per_network=True .* two networks: critic='centralized'"):
         PPOConfig(env_id=ENV_ID, clip_grad_per_network=True)
     with pytest.raises(ValueError, match="critic must be 'decentralized'.*or 'centralized'"):
         PPOConfig(env_id=ENV_ID, critic="central")
@@ -794,8 +794,8 @@ def test_the_agent_networks_never_sample_a_masked_action(critic, shared, cell):
     assert len(np.unique(taken)) == 3
 
 
-@pytest.mark.parametrize("critic, cell", [("decentralized", None), ("decentralized", "gru"), ("centralized", "gru")],
-                         ids=["IPPO", "IPPO-gru", "MAPPO-gru"])
+@pytest.mark.parametrize("critic, cell", [("decentralized", None), ("decentralized", "gru"),
+                                         ("centralized", "gru")], ids=["IPPO", "IPPO-gru", "MAPPO-gru"])
 def test_without_agent_id_a_shared_network_does_not_read_the_id(critic, cell):
     """agent_id=False: the shared networks' outputs (policy and value, and the next carry) do not change
     when the rows' ids are swapped; with the id (the default) they do. The first layers then take the
@@ -803,8 +803,8 @@ def test_without_agent_id_a_shared_network_does_not_read_the_id(critic, cell):
     out = {}
     for agent_id in (True, False):
         config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, recurrent=cell, recurrent_size=8,
-                           hidden_sizes=(8, 8), num_envs=2, num_steps=4, total_timesteps=2 * 4, num_minibatches=2,
-                           agent_id=agent_id)
+                           hidden_sizes=(8, 8), num_envs=2, num_steps=4, total_timesteps=2 * 4,
+                           num_minibatches=2, agent_id=agent_id)
         train = make_train(config)
         hp = train.default_hparams()
         state = jax.jit(train.init)(jax.random.key(0), hp)
@@ -814,7 +814,8 @@ def test_without_agent_id_a_shared_network_does_not_read_the_id(critic, cell):
         if cell is None:
             out[agent_id] = [jax.tree.leaves(apply(state.params, o)) for o in (obs, swapped)]
         else:
-            out[agent_id] = [jax.tree.leaves(apply(state.params, state.policy_state, o)) for o in (obs, swapped)]
+            carry = state.policy_state
+            out[agent_id] = [jax.tree.leaves(apply(state.params, carry, o)) for o in (obs, swapped)]
         first = ("embed_0",) if cell else ("actor_0", "critic_0")  # the layers that read the inputs
         widths = {jax.tree_util.keystr(path): x.shape[0]
                   for path, x in jax.tree_util.tree_leaves_with_path(state.params)

@@ -120,7 +120,8 @@ def nets(tmp_path_factory):
 
 def config(critic, shared, agent_id=True):
     return PPOConfig(env_id=ENV_ID, network="my_marl_nets:linear", critic=critic, share_parameters=shared,
-                     agent_id=agent_id, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, update_epochs=2, num_minibatches=2,
+                     agent_id=agent_id, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, update_epochs=2,
+                     num_minibatches=2,
                      lr=1e-2)
 
 

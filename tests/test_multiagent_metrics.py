@@ -12,8 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
-import types
 
 import jax
 import jax.numpy as jnp
@@ -165,29 +163,14 @@ def test_a_resumed_run_keeps_the_per_agent_columns(finished, tmp_path, interrupt
     assert resumed == read_csv(run.path)
 
 
-def test_the_loggers_get_each_agents_return_and_no_placeholder(finished, monkeypatch, tmp_path):
-    """The rows of a run reach TensorBoard with every agent's return, except before a seed's first
-    episode (where the trainer's 0.0 is no return)."""
+def test_the_loggers_get_each_agents_return_and_no_placeholder(finished, tmp_path, tensorboard_scalars):
+    """The rows of a run reach TensorBoard (tensorboardX's event files, read back) with every agent's
+    return, except before a seed's first episode (where the trainer's 0.0 is no return)."""
     _, rows = finished
-    scalars = []
-
-    class Writer:
-        def __init__(self, logdir):
-            pass
-
-        def add_scalar(self, tag, value, step):
-            scalars.append((tag, value, step))
-
-        def flush(self):
-            pass
-
-        def close(self):
-            pass
-
-    monkeypatch.setitem(sys.modules, "tensorboardX", types.SimpleNamespace(SummaryWriter=Writer))
     logger = TensorBoardLogger(tmp_path)
     logger.log(1, rows)
     logger.close()
+    scalars = tensorboard_scalars(tmp_path)
     first_steps = CONFIG.batch_size  # update 1: no episode has ended
     for s in (0, 1):
         for name in PER_AGENT:

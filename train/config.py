@@ -376,7 +376,7 @@ class PPOConfig(OnPolicyConfig):
     share_parameters: bool = True
     # Multi-agent envs: whether the networks read each agent's one-hot id (it routes rows in any case).
     agent_id: bool = True
-    # False: a time limit ends the return like a terminal state (no bootstrap from V of the final observation).
+    # False: a time limit ends the return like a terminal state (no bootstrap from V of the final obs).
     bootstrap_truncation: bool = True
     # MAPPO: clip the actor's and the critic's gradients each on its own (two optimisers' way).
     clip_grad_per_network: bool = False

@@ -150,7 +150,8 @@ def wrap_network(config, network: nn.Module, team: TeamEnv, example: dict[str, A
     shared = config.share_parameters
     if shared and not centralized and config.agent_id:
         return network
-    agents = dict(num_agents=team.num_agents, shared=shared, centralized=centralized, agent_id=config.agent_id)
+    agents = dict(num_agents=team.num_agents, shared=shared, centralized=centralized,
+                  agent_id=config.agent_id)
     if isinstance(network, RecurrentActorCritic):
         return RecurrentAgentNetwork(**_fields(network), **agents)
     if isinstance(network, ActorCritic):
@@ -247,5 +248,5 @@ def team_env(config, env: Any) -> TeamEnv:
                    env_id=config.env_id)
 
 
-__all__ = ["CRITICS", "AgentNetwork", "RecurrentAgentNetwork", "agent_returns", "check_config", "network_inputs",
-           "team_env", "wrap_network"]
+__all__ = ["CRITICS", "AgentNetwork", "RecurrentAgentNetwork", "agent_returns", "check_config",
+           "network_inputs", "team_env", "wrap_network"]
