@@ -605,6 +605,25 @@ def test_a_run_resumed_from_a_checkpoint_is_bit_identical(learned, tmp_path):
     chex.assert_trees_all_equal(resumed.metrics, straight.metrics)
 
 
+def test_jaxmarls_mappo_choices_survive_a_checkpoint(tmp_path):
+    """MAPPO with JaxMARL's choices (its optimiser state is optax.multi_transform's: a clip per network)
+    saved after one update and restored: every leaf of the state comes back, and the next update is the
+    one the unsaved run makes."""
+    from fusedrl import checkpoint as ckpt
+
+    config = PPOConfig(env_id="ShiftedTeam-v0", critic="centralized", **JAXMARLS, num_envs=2, num_steps=8,
+                       total_timesteps=2 * 8 * 2, num_minibatches=2, hidden_sizes=(8, 8))
+    train = make_train(config)
+    hp = train.default_hparams()
+    run = jax.jit(train.run, static_argnums=2)
+    first = run(jax.jit(train.init)(jax.random.key(0), hp), hp, 1)
+    ckpt.save(tmp_path / "ckpt", config, first.state, hp)
+    _, restored, hp2, _ = ckpt.restore(tmp_path / "ckpt", config)
+    chex.assert_trees_all_equal(jax.tree.map(np.asarray, restored.opt_state), first.state.opt_state)
+    resumed, straight = run(restored, hp2, 1), run(first.state, hp, 1)
+    chex.assert_trees_all_equal(resumed.state.params, straight.state.params)
+
+
 @pytest.mark.parametrize("config", [
     PPOConfig(env_id=ENV_ID, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, recurrent="gru",
               recurrent_size=8, hidden_sizes=(8,)),
