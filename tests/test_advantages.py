@@ -93,19 +93,24 @@ def test_gae_ignores_a_non_finite_terminal_value():
         np.testing.assert_array_equal(np.asarray(got), np.asarray(finite))
 
 
-def test_trainer_advantages_on_a_real_rollout_with_both_kinds_of_ends():
+@pytest.mark.parametrize("bootstrap", [True, False], ids=["bootstrap", "as-terminal"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_trainer_advantages_on_a_real_rollout_with_both_kinds_of_ends(algo, bootstrap):
     """The trainer's own wiring, not only `gae`: a CartPole rollout under a 12-step time limit ends
     episodes both ways. Which steps terminated or were truncated is worked out here from the
     observations alone (the pole or cart beyond its limit; the 12th step), and the advantages the
     update uses must be the reference GAE of those ends, with V of each pre-reset final
-    observation."""
+    observation: a truncated step bootstraps from it with `bootstrap_truncation=True`, and ends like
+    a terminated one with False (the env reports the truncation either way). PPO's and A2C's alike."""
     from fusedrl import make
-    from fusedrl.train import PPOConfig, make_train
+    from fusedrl.train import A2CConfig, PPOConfig, make_train
 
     limit = 12
-    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=48, total_timesteps=4 * 48,
-                       num_minibatches=1, update_epochs=1, hidden_sizes=(8,), normalize_reward=True,
-                       env_params={"max_steps_in_episode": limit})
+    one_step = dict(num_minibatches=1, update_epochs=1) if algo == "ppo" else {}
+    config = {"ppo": PPOConfig, "a2c": A2CConfig}[algo](
+        env_id="CartPole-v1", num_envs=4, num_steps=48, total_timesteps=4 * 48, hidden_sizes=(8,),
+        normalize_reward=True, gae_lambda=0.95, env_params={"max_steps_in_episode": limit},
+        bootstrap_truncation=bootstrap, **one_step)
     train = make_train(config)
     hparams = train.default_hparams()
 
@@ -136,39 +141,10 @@ def test_trainer_advantages_on_a_real_rollout_with_both_kinds_of_ends():
     np.testing.assert_array_equal(traj.next_obs[:-1][inside], acted_next[:-1][inside])
     assert np.all(np.any(traj.next_obs[:-1][~inside] != acted_next[:-1][~inside], axis=-1))
     np.testing.assert_array_equal(traj.obs[0], first_obs)
+    ends = term if bootstrap else done  # the ends that do not bootstrap
     for i in range(config.num_envs):
-        want = reference_gae(traj.reward[:, i], traj.value[:, i], v_next[:, i], term[:, i], done[:, i],
+        want = reference_gae(traj.reward[:, i], traj.value[:, i], v_next[:, i], ends[:, i], done[:, i],
                              config.gamma, config.gae_lambda)
         np.testing.assert_allclose(adv[:, i], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(targets, adv + traj.value, rtol=1e-6)
 
-
-@pytest.mark.parametrize("bootstrap", [True, False], ids=["bootstrap", "as-terminal"])
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
-def test_the_trainers_targets_follow_bootstrap_truncation(algo, bootstrap):
-    """The trainer's advantages on a rollout of Pendulum with a 6-step time limit (truncations, no
-    terminations) against `reference_gae` in float64, with V of each next observation from the
-    network: `bootstrap_truncation=True` bootstraps a truncated step from V of its final
-    observation; False ends it like a terminated one (PPO's and A2C's GAE alike)."""
-    from fusedrl.train import A2CConfig, PPOConfig, make_train
-
-    cls = {"ppo": PPOConfig, "a2c": A2CConfig}[algo]
-    gamma, lam = 0.9, 0.8
-    config = cls(env_id="Pendulum-v1", num_envs=2, num_steps=16, total_timesteps=32, gamma=gamma,
-                 gae_lambda=lam, env_params={"max_steps_in_episode": 6}, bootstrap_truncation=bootstrap)
-    train = make_train(config)
-    hp = train.default_hparams()
-    state = jax.jit(train.init)(jax.random.key(0), hp)
-    venv = train.make_env(hp)
-    rollout = jax.jit(lambda s, k: train.rollout(s, hp, venv, k, keep_next_obs=True))
-    _, traj = rollout(state, jax.random.key(1))
-    adv, target = jax.jit(train.advantages)(state.params, traj, hp)
-    done, terminated = np.asarray(traj.done), np.asarray(traj.terminated)
-    assert done.sum() == 2 * 2 and not terminated.any()  # steps 5 and 11 of each env: time limits only
-    v_next = np.asarray(jax.jit(train.values)(state.params, traj.next_obs), np.float64)
-    r, v = np.asarray(traj.reward, np.float64), np.asarray(traj.value, np.float64)
-    term = terminated if bootstrap else done
-    for n in range(2):
-        want = reference_gae(r[:, n], v[:, n], v_next[:, n], term[:, n], done[:, n], gamma, lam)
-        np.testing.assert_allclose(adv[:, n], want, rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(target[:, n], want + v[:, n], rtol=1e-4, atol=1e-4)
