@@ -417,27 +417,28 @@ def reference_apply(critic: str, shared: bool, agent_id: bool = True, num_agents
     return apply
 
 
-CASES = [("decentralized", True, True), ("centralized", True, True), ("decentralized", False, True),
-         ("decentralized", True, False), ("centralized", True, False), ("decentralized", False, False)]
 #: JaxMARL's MAPPO choices: no id, the time limit as a terminal state, each network's gradient clipped apart.
 JAXMARLS = dict(agent_id=False, bootstrap_truncation=False, clip_grad_per_network=True)
+NO_ID = dict(agent_id=False)
+#: (critic, share_parameters, other PPOConfig fields) of each case.
+CASES = [("decentralized", True, {}), ("centralized", True, {}), ("decentralized", False, {}),
+         ("decentralized", True, NO_ID), ("centralized", True, NO_ID), ("decentralized", False, NO_ID),
+         ("centralized", True, JAXMARLS)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("critic, shared, agent_id", CASES + [("centralized", True, JAXMARLS)], ids=[
+@pytest.mark.parametrize("critic, shared, choices", CASES, ids=[
     "IPPO", "MAPPO", "IPPO-unshared", "IPPO-no-id", "MAPPO-no-id", "IPPO-unshared-no-id", "MAPPO-jaxmarls"])
-def test_one_update_matches_a_float64_reference(critic, shared, agent_id):
+def test_one_update_matches_a_float64_reference(critic, shared, choices):
     """One PPO update on the agents' rows against tests/test_update_reference.py's float64 reference
     (GAE per agent row, minibatches of the T * N * A rows, clipped loss, clip, Adam), with the network
     written out above (with and without the id in its input; and with JaxMARL's choices: the time limit
     as terminal, the actor's and critic's gradients clipped apart); and the rows' global state is every
     agent's observation of its env."""
     ref = _reference_module()
-    choices = agent_id if isinstance(agent_id, dict) else dict(agent_id=agent_id)
-    agent_id = choices["agent_id"]
     # Without the id the gradients are smaller: a lower clip norm keeps the clip exercised.
     config = PPOConfig(env_id="ShiftedTeam-v0", critic=critic, share_parameters=shared, **choices,
-                       **{**REF, "max_grad_norm": REF["max_grad_norm"] if agent_id else 0.2})
+                       **{**REF, "max_grad_norm": 0.2 if "agent_id" in choices else REF["max_grad_norm"]})
     train = make_train(config)
     hp = train.default_hparams()
     venv = train.make_env(hp)
@@ -463,7 +464,7 @@ def test_one_update_matches_a_float64_reference(critic, shared, agent_id):
                               num_minibatches=config.num_minibatches, normalize_adv=config.normalize_adv,
                               clip_grad_per_network=config.clip_grad_per_network,
                               batch_size=T * R)  # the learner's batch: every agent's row
-    apply = reference_apply(critic, shared, agent_id)
+    apply = reference_apply(critic, shared, config.agent_id)
     like = types.SimpleNamespace(config=c, network=types.SimpleNamespace(apply=apply), discrete=True)
     traj = traj._replace(obs=packed(traj.obs), next_obs=packed(traj.next_obs))
     if not config.bootstrap_truncation:  # the reference's GAE: every end terminal

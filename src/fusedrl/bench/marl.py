@@ -253,8 +253,9 @@ def config_mismatches(algo: str, peer_config: dict, env_id: str = ENV_ID) -> lis
             bad.append("SCALE_CLIP_EPS=True vs clip_eps unscaled")
         # What the script does without a yaml key: `MAPPO_SCRIPT_CHOICES`.
         for field, (theirs, what) in MAPPO_SCRIPT_CHOICES.items():
-            if ours.get(field, getattr(PPOConfig, field)) != theirs:
-                bad.append(f"{what} vs {field}={ours.get(field, getattr(PPOConfig, field))!r}")
+            value = ours.get(field, getattr(PPOConfig, field))  # a field ours does not set: its default
+            if value != theirs:
+                bad.append(f"{what} vs {field}={value!r}")
     return bad
 
 
