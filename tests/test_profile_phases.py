@@ -184,9 +184,31 @@ def test_every_phase_of_a_real_run_takes_time_and_the_phases_add_up(traced):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--env", "gymnasium:CartPole-v1", "--phases"], "--phases traces the fused program"),
-    (["--env", "CartPole-v1", "--agents", "2"], "go with --phases"),
+    (["--env", "gymnasium:CartPole-v1", "--phases"], "--phases reads the fused program"),
+    (["--env", "gymnasium:CartPole-v1", "--launches"], "--launches reads the fused program"),
+    (["--env", "CartPole-v1", "--agents", "2"], "--agents goes with --phases or --launches"),
+    (["--env", "CartPole-v1", "--target", "h200"], "--target goes with --launches"),
+    (["--env", "CartPole-v1", "--phases", "--launches"], "give one"),
+    (["--env", "CartPole-v1", "--launches", "--target", "a100"], "unknown target 'a100'"),
 ])
 def test_phases_refuses_what_it_cannot_profile(argv, message, capsys):
     assert profile.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("agents", [None, 2])
+def test_the_profiled_program_returns_the_metrics_as_training_does(agents):
+    """What `--phases` times and `--launches` counts (`training_program`) returns the per-update
+    metrics beside the state: a program that returned the state alone would let XLA drop the
+    metrics' work, and the profile would miss it."""
+    import jax
+
+    from fusedrl import PPOConfig, make_train
+
+    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
+                       hidden_sizes=(8,))
+    init, run = profile.training_program(make_train(config), agents, 3)
+    out = jax.eval_shape(run, jax.eval_shape(init, jax.random.key(0)))
+    lead = (3,) if agents is None else (2, 3)
+    assert out.metrics["episode_return"].shape == lead
+    assert out.state.params is not None

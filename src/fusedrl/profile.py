@@ -403,6 +403,21 @@ def phase_times(events: Sequence[dict[str, Any]], module: str,
     return seconds, {"events": len(counted), "lanes": lanes, "source": source, "unmatched_s": unmatched}
 
 
+def training_program(trainer, agents: int | None, updates: int):
+    """(init, run) of what a profile measures: `init(key)` makes the state of one agent or, with
+    `agents`, of that many (`jax.vmap`, as `jax.jit(jax.vmap(train))` trains them); `run(state)`
+    trains `updates` updates from it and returns the state and the per-update metrics, as training
+    does (a program that returned the state alone would let XLA drop the metrics' work)."""
+    hp = trainer.default_hparams()
+    if agents is None:
+        return (lambda key: trainer.init(key, hp)), (lambda s: trainer.run(s, hp, int(updates)))
+
+    def init(key):
+        return jax.vmap(trainer.init, in_axes=(0, None))(jax.random.split(key, int(agents)), hp)
+
+    return init, jax.vmap(lambda s: trainer.run(s, hp, int(updates)))
+
+
 def profile_phases(config, agents: int | None = None, updates: int = 4,
                    trace_dir: str | None = None, tuning=None) -> dict[str, Any]:
     """The device time of `updates` training updates of `config` per phase (`PHASE_ROWS`).
@@ -420,14 +435,9 @@ def profile_phases(config, agents: int | None = None, updates: int = 4,
         raise ValueError(f"agents must be >= 1, got {agents}.")
     updates = int(updates)
     trainer = make_train(config) if tuning is None else make_train(config, tuning=tuning)
-    hp = trainer.default_hparams()
-    key = jax.random.key(0)
-    if agents is None:
-        state = jax.jit(trainer.init)(key, hp)
-        run = jax.jit(lambda s: trainer.run(s, hp, updates).state)
-    else:
-        state = jax.jit(jax.vmap(trainer.init, in_axes=(0, None)))(jax.random.split(key, int(agents)), hp)
-        run = jax.jit(jax.vmap(lambda s: trainer.run(s, hp, updates).state))
+    init, run = training_program(trainer, agents, updates)
+    state = jax.jit(init)(jax.random.key(0))
+    run = jax.jit(run)
     t0 = time.perf_counter()
     compiled = run.lower(state).compile()
     compile_s = time.perf_counter() - t0
@@ -602,10 +612,18 @@ def build_parser(prog: str = "fusedrl profile") -> argparse.ArgumentParser:
                    help="where the device time goes: trace a few training updates with jax.profiler and "
                         "sum the device time per phase (env, policy, advantages, loss, optimizer, "
                         "shuffle, other); fused mode only")
+    p.add_argument("--launches", action="store_true",
+                   help="how many kernels one update launches, per phase and per loop, read from the "
+                        "compiled program without running it (fusedrl.launches); fused mode only")
+    p.add_argument("--target", default="default",
+                   help="with --launches: compile for this machine's device (default) or for a GPU "
+                        "model without one: h100, h200 (needs jax's CUDA plugin and JAX_PLATFORMS=cpu)")
     p.add_argument("--agents", type=positive_int, default=None,
-                   help="with --phases: that many agents vmapped, as jax.jit(jax.vmap(train)) trains them")
+                   help="with --phases or --launches: that many agents vmapped, as "
+                        "jax.jit(jax.vmap(train)) trains them")
     p.add_argument("--updates", type=positive_int, default=4,
-                   help="with --phases: updates traced (default: %(default)s)")
+                   help="with --phases: updates traced; with --launches: updates compiled "
+                        "(default: %(default)s)")
     p.add_argument("--trace-dir", default=None,
                    help="with --phases: keep the jax.profiler trace in this folder (TensorBoard, Perfetto)")
     p.add_argument("--compute-dtype", choices=("float32", "bfloat16"), default=None,
@@ -630,15 +648,35 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
             update_epochs=args.update_epochs, num_minibatches=args.num_minibatches,
             compute_dtype=args.compute_dtype,
         )
-        if args.phases and mode != "fused":
-            raise UsageError(f"--phases traces the fused program, and {env_id!r} runs on the host "
+        fused_only = "--phases" if args.phases else "--launches" if args.launches else None
+        if fused_only and mode != "fused":
+            raise UsageError(f"{fused_only} reads the fused program, and {env_id!r} runs on the host "
                              f"bridge: profile a JAX env (e.g. {env_id.split(':', 1)[-1]!r})")
-        if not args.phases and (args.agents or args.trace_dir):
-            raise UsageError("--agents and --trace-dir go with --phases")
+        if args.phases and args.launches:
+            raise UsageError("--phases (device time, measured) and --launches (a count, compiled) "
+                             "are two runs: give one")
+        if not fused_only and args.agents:
+            raise UsageError("--agents goes with --phases or --launches")
+        if not args.phases and args.trace_dir:
+            raise UsageError("--trace-dir goes with --phases")
+        if not args.launches and args.target != "default":
+            raise UsageError("--target goes with --launches")
     except (ValueError, TypeError, UsageError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     use_compile_cache(args.no_compile_cache)
+    if args.launches:
+        from fusedrl.launches import format_launches, program_launches
+
+        try:
+            summary = program_launches(config, args.agents, args.updates, args.target)
+        except (ValueError, RuntimeError) as e:  # an unknown target; no CUDA plugin for a GPU one
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
+        print(format_launches(summary))
+        if args.json:
+            print(json.dumps(summary))
+        return 0
     if args.phases:
         summary = profile_phases(config, args.agents, args.updates, args.trace_dir)
         print(format_phases(summary))
@@ -653,7 +691,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
 
 
 __all__ = ["MODES", "PHASE_ROWS", "default_config", "format_phases", "format_table", "hlo_phases", "main",
-           "phase_of", "phase_times", "profile_phases", "profile_update", "read_trace", "resolve"]
+           "phase_of", "phase_times", "profile_phases", "profile_update", "read_trace", "resolve",
+           "training_program"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

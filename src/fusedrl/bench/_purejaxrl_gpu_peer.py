@@ -9,6 +9,13 @@ TOTAL and reads XLA's memory analysis of the program (`_timing.memory_bytes`), a
 the device's `bytes_limit`), stopping after the first N that does not fit; the JSON line is then
 {"predict": [{"agents", "memory", "limit_bytes", "fits"}, ...]} (SEEDS is not used).
 
+With `FUSEDRL_PUREJAXRL_HLO` set (JSON: {"path": file, "target_config": text or null}) it trains
+nothing either: it compiles `jax.jit(jax.vmap(make_train(config)))` for SEEDS keys, for the default
+device or, given a `target_config` (a GPU model's description, `fusedrl.launches.GPU_TARGETS`), for
+that GPU without one (a compile-only device of jax's CUDA plugin), writes the optimised HLO text to
+`path` and prints {"impl": "purejaxrl", "hlo": path, "device": ...}; `python -m fusedrl.bench
+launches` counts its kernel launches.
+
 `python -m fusedrl.bench gpu` runs it (through `fusedrl.bench.ppo.run_peer`) for its MinAtar and
 CartPole rows. `FUSEDRL_PUREJAXRL_CONFIG` is PureJaxRL's config dict as JSON (its upper-case keys);
 the arguments override its NUM_ENVS, NUM_STEPS and TOTAL_TIMESTEPS, and SEEDS agents train as its
@@ -40,6 +47,22 @@ def main() -> None:
 
     seeds, envs, steps, total = (int(float(x)) for x in sys.argv[1:5])
     config.update(NUM_ENVS=envs, NUM_STEPS=steps, TOTAL_TIMESTEPS=total)
+    if os.environ.get("FUSEDRL_PUREJAXRL_HLO"):
+        ask = json.loads(os.environ["FUSEDRL_PUREJAXRL_HLO"])
+        device = jax.devices()[0]
+        if ask.get("target_config"):
+            from jax.experimental import topologies
+
+            device = topologies.get_topology_desc(platform="cuda", target_config=ask["target_config"],
+                                                  topology="1x1x1").devices[0]
+        keys = jax.ShapeDtypeStruct((seeds, 2), np.uint32,
+                                    sharding=jax.sharding.SingleDeviceSharding(device))
+        compiled = jax.jit(jax.vmap(make_train(config))).trace(keys).lower().compile()
+        with open(ask["path"], "w", encoding="utf-8") as f:
+            f.write(compiled.as_text())
+        print(json.dumps({"impl": "purejaxrl", "hlo": ask["path"],
+                          "device": f"{device.platform}:{getattr(device, 'device_kind', '')}"}))
+        return
     stats = jax.devices()[0].memory_stats() or {}
     if os.environ.get("FUSEDRL_PUREJAXRL_PREDICT"):
         ask = json.loads(os.environ["FUSEDRL_PUREJAXRL_PREDICT"])
