@@ -148,3 +148,51 @@ def test_trainer_advantages_on_a_real_rollout_with_both_kinds_of_ends(algo, boot
         np.testing.assert_allclose(adv[:, i], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(targets, adv + traj.value, rtol=1e-6)
 
+
+
+def long_trajectory(T=41, seed=0):
+    """A trajectory longer than one unrolled loop iteration (`BACKWARD_UNROLL`) and not a multiple
+    of it, with terminations and truncations at random steps."""
+    rng = np.random.default_rng(seed)
+    r, v, v_next = (rng.normal(size=T).astype(np.float32) for _ in range(3))
+    term = rng.random(T) < 0.08
+    done = term | (rng.random(T) < 0.08)
+    term[T // 3], done[T // 3] = True, True  # at least one end of each kind
+    done[2 * T // 3] = True
+    return r, v, v_next, term, done
+
+
+@pytest.mark.parametrize("T", [41, 128])
+def test_gae_matches_its_reference_past_one_unrolled_iteration(T):
+    """GAE runs `BACKWARD_UNROLL` steps per loop iteration: over several iterations and a
+    remainder it still matches the float64 reference step by step (the returns-to-go alike:
+    tests/test_reinforce.py)."""
+    from fusedrl.train.advantages import BACKWARD_UNROLL
+
+    assert T > 2 * BACKWARD_UNROLL  # several iterations (and, at 41, a remainder)
+    r, v, v_next, term, done = long_trajectory(T)
+    assert term.any() and (done & ~term).any()
+    got = jax.jit(gae)(*map(jnp.asarray, (r, v, v_next, term, done)), 0.99, 0.95)
+    np.testing.assert_allclose(np.asarray(got), reference_gae(r, v, v_next, term, done, 0.99, 0.95),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_unrolling_the_backward_recursions_keeps_every_bit(monkeypatch):
+    """`BACKWARD_UNROLL` changes how many steps one loop iteration runs, not the arithmetic or its
+    order: jitted on a [T, N] batch as the trainer runs them, GAE and the returns-to-go give the
+    rolled loop's (unroll 1) results bit for bit. (A bitwise comparison with NumPy is not possible:
+    XLA:CPU contracts multiply-adds into FMAs.)"""
+    from fusedrl.train import advantages
+
+    r, v, v_next, term, done = (np.stack([x, x[::-1]], axis=1) for x in long_trajectory(41, seed=1))
+
+    def both():
+        adv = jax.jit(jax.vmap(advantages.gae, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1))(
+            r, v, v_next, term, done, 0.99, 0.95)
+        g, _ = jax.jit(jax.vmap(advantages.returns_to_go, in_axes=(1, 1, None), out_axes=1))(r, done, 0.9)
+        return np.asarray(adv), np.asarray(g)
+
+    unrolled = both()
+    monkeypatch.setattr(advantages, "BACKWARD_UNROLL", 1)
+    for a, b in zip(unrolled, both(), strict=True):
+        np.testing.assert_array_equal(a, b)

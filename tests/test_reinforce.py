@@ -54,6 +54,24 @@ def test_returns_to_go_stop_at_episode_ends_and_mark_the_unfinished_episode():
     np.testing.assert_allclose(float(g[3]), 0.5 - 0.9 + 0.81 * 2, rtol=1e-6)  # truncation: no bootstrap
 
 
+@pytest.mark.parametrize("T", [41, 128])
+def test_returns_to_go_match_the_reference_past_one_unrolled_iteration(T):
+    """The recursion runs `BACKWARD_UNROLL` steps per loop iteration: over several iterations and a
+    remainder (T = 41) every complete return still matches the float64 reference."""
+    from fusedrl.train.advantages import BACKWARD_UNROLL
+
+    assert T > 2 * BACKWARD_UNROLL
+    rng = np.random.default_rng(T)
+    r = rng.normal(size=T).astype(np.float32)
+    done = rng.random(T) < 0.1
+    done[T // 2] = True  # at least one end before the last unrolled iteration
+    g, complete = jax.jit(returns_to_go)(jnp.asarray(r), jnp.asarray(done), jnp.float32(0.9))
+    want = _rtg_reference(r.astype(np.float64), done, 0.9)
+    np.testing.assert_array_equal(np.asarray(complete), [w is not None for w in want])
+    np.testing.assert_allclose(np.asarray(g)[np.asarray(complete)], [w for w in want if w is not None],
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_an_episode_crossing_the_rollout_boundary_gets_weight_zero_then_exact_returns():
     # Two envs, two consecutive rollouts of 4 steps. Env 0's second episode starts at t=2 of the first
     # rollout and ends at t=1 of the second; env 1 ends an episode at the last step of the first.
