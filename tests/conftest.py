@@ -189,6 +189,30 @@ def docs_example():
     return _docs_example
 
 
+#: A stand-in for PureJaxRL's `purejaxrl/ppo.py` with its habit: `train` is a loop over the
+#: config's updates that returns one [steps, envs] metric per update, stacked (its history grows with
+#: the run's length).
+PUREJAXRL_STAND_IN = (
+    "import jax, jax.numpy as jnp\n\n"
+    "def make_train(config):\n"
+    "    updates = int(config['TOTAL_TIMESTEPS']) // (config['NUM_ENVS'] * config['NUM_STEPS'])\n"
+    "    def train(key):\n"
+    "        def step(c, _):\n"
+    "            return c + 1.0, jnp.full((config['NUM_STEPS'], config['NUM_ENVS']), c)\n"
+    "        _, m = jax.lax.scan(step, jax.random.uniform(key), None, updates)\n"
+    "        return {'metrics': {'returned_episode_returns': m}}\n"
+    "    return train\n"
+)
+
+
+@pytest.fixture
+def purejaxrl_stand_in(tmp_path):
+    """A PUREJAXRL_SRC folder whose `purejaxrl/ppo.py` is `PUREJAXRL_STAND_IN`; returns its path."""
+    (tmp_path / "purejaxrl").mkdir()
+    (tmp_path / "purejaxrl" / "ppo.py").write_text(PUREJAXRL_STAND_IN)
+    return tmp_path
+
+
 @pytest.fixture
 def interrupt_at(monkeypatch):
     """`interrupt_at(update, error=KeyboardInterrupt)`: the CSV logger raises `error` once it has

@@ -122,30 +122,18 @@ def test_predict_rows_stop_at_the_first_size_that_does_not_fit(predictions):
 
 
 @pytest.mark.subprocess
-def test_purejaxrl_peer_predicts_memory_that_grows_with_the_run_length(tmp_path):
-    # A stand-in for PureJaxRL's make_train with its habit: one [updates, steps, envs] metric per
-    # step returned. The peer's predict mode compiles it at two lengths; the outputs grow by
-    # exactly that history, and the doubling stops at the first size over the limit.
+def test_purejaxrl_peer_predicts_memory_that_grows_with_the_run_length(purejaxrl_stand_in):
+    # The stand-in's habit is PureJaxRL's: one [steps, envs] metric per update returned. The peer's
+    # predict mode compiles it at two lengths; the outputs grow by exactly that history, and the
+    # doubling stops at the first size over the limit.
     from fusedrl.bench.ppo import run_peer
 
-    (tmp_path / "purejaxrl").mkdir()
-    (tmp_path / "purejaxrl" / "ppo.py").write_text(
-        "import jax, jax.numpy as jnp\n\n"
-        "def make_train(config):\n"
-        "    updates = int(config['TOTAL_TIMESTEPS']) // (config['NUM_ENVS'] * config['NUM_STEPS'])\n"
-        "    def train(key):\n"
-        "        def step(c, _):\n"
-        "            return c + 1.0, jnp.full((config['NUM_STEPS'], config['NUM_ENVS']), c)\n"
-        "        _, m = jax.lax.scan(step, jax.random.uniform(key), None, updates)\n"
-        "        return {'metrics': {'returned_episode_returns': m}}\n"
-        "    return train\n"
-    )
     config = json.dumps(gpu.purejaxrl_config("cartpole", smoke=False))
 
     def predict(total, limit):
         ask = json.dumps({"agents": [2, 4, 8], "limit": limit})
         out = run_peer(sys.executable, gpu.PEER_RUNNER, 2, 4, 8, total, attempts=1,
-                       env={"PUREJAXRL_SRC": str(tmp_path), "FUSEDRL_PUREJAXRL_CONFIG": config,
+                       env={"PUREJAXRL_SRC": str(purejaxrl_stand_in), "FUSEDRL_PUREJAXRL_CONFIG": config,
                             "FUSEDRL_PUREJAXRL_PREDICT": ask})
         return out["predict"]
 

@@ -140,26 +140,14 @@ def test_the_trainer_program_is_read_into_its_loops_and_phases():
 
 
 @pytest.mark.subprocess
-def test_the_purejaxrl_peer_writes_the_hlo_that_is_counted(tmp_path):
-    """The peer's HLO mode (`FUSEDRL_PUREJAXRL_HLO`) compiles PureJaxRL's train (here a stand-in
-    with one loop over its updates) and `bench launches` reads the loop and its trip count back."""
+def test_the_purejaxrl_peer_writes_the_hlo_that_is_counted(purejaxrl_stand_in):
+    """The peer's HLO mode (`FUSEDRL_PUREJAXRL_HLO`) compiles PureJaxRL's train (here the conftest's
+    stand-in: one loop over its updates) and `bench launches` reads the loop and its trip count back."""
     from types import SimpleNamespace
 
     from fusedrl.bench.launches import purejaxrl_launches
 
-    (tmp_path / "purejaxrl").mkdir()
-    (tmp_path / "purejaxrl" / "ppo.py").write_text(
-        "import jax, jax.numpy as jnp\n\n"
-        "def make_train(config):\n"
-        "    updates = int(config['TOTAL_TIMESTEPS']) // (config['NUM_ENVS'] * config['NUM_STEPS'])\n"
-        "    def train(key):\n"
-        "        def step(c, _):\n"
-        "            return jnp.sin(c) * 2.0 + 1.0, None\n"
-        "        c, _ = jax.lax.scan(step, jax.random.uniform(key, (8,)), None, updates)\n"
-        "        return {'metrics': c}\n"
-        "    return train\n"
-    )
-    peer = SimpleNamespace(purejaxrl_src=str(tmp_path), peer_python=sys.executable, peer_path=None,
+    peer = SimpleNamespace(purejaxrl_src=str(purejaxrl_stand_in), peer_python=sys.executable, peer_path=None,
                            peer_timeout=300, total_timesteps=None)
     out = purejaxrl_launches("cartpole", 2, 6, None, peer)
     assert "error" not in out, out
