@@ -3,12 +3,15 @@
 XLA keeps a scope's name in the metadata (`op_name`) of every operation traced inside it, and the
 profiler's events name those operations (`hlo_op`), so a trace of a run says how much device time
 each phase took (`fusedrl profile --phases`, `fusedrl.profile.profile_phases`). Each phase's scope
-name is defined here once; the trainer's parts wrap their code with `scope(phase)` or `scoped`.
+name is defined here once; the trainer's parts wrap their code with `scope(phase)` or `scoped`,
+and `hlo_phases` reads them back from a compiled program (for the profile's device time per phase
+and `fusedrl.launches`' kernel count per phase).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 
 import jax
@@ -41,4 +44,64 @@ def scoped(phase: str, fn: Callable) -> Callable:
     return wrapped
 
 
-__all__ = ["PHASES", "scope", "scoped"]
+# ---- reading the phases back from a compiled program's HLO ----------------------------------------
+
+#: The rows of the phase table, in order: the trainer's phases (`fusedrl.train.phases.PHASES`), then
+#: "other" (operations under no phase's scope: per-update metrics, loop bookkeeping, XLA's copies).
+PHASE_ROWS = (*PHASES, "other")
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*)$")
+_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
+_OPCODE = re.compile(r"(?<![\w.\-])([a-z][a-z0-9\-]*)\(")
+_OP_NAME = re.compile(r'metadata=\{[^}]*?op_name="([^"]*)"')
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_SCOPE = re.compile("(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, PHASES.values())) + ")(?![A-Za-z0-9_])")
+_PHASE_OF_SCOPE = {v: k for k, v in PHASES.items()}
+
+
+def phase_of(op_name: str) -> str:
+    """The phase of an operation from its `op_name` (the scope path jax wrote into its metadata):
+    the innermost phase scope on the path, "other" under none."""
+    found = _SCOPE.findall(op_name or "")
+    return _PHASE_OF_SCOPE[found[-1]] if found else "other"
+
+
+def hlo_phases(hlo_text: str) -> tuple[str, dict[str, tuple[str, str]]]:
+    """(module name, {instruction name: (opcode, phase)}) of a compiled program's HLO text
+    (`compiled.as_text()`). A fusion's phase is its own metadata's, or, where it has none, the
+    most common phase among the operations it fuses."""
+    module = ""
+    ops: dict[str, tuple[str, str | None]] = {}
+    calls: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    computation = None
+    for line in hlo_text.splitlines():
+        if line.startswith("HloModule "):
+            module = line.split()[1].rstrip(",")
+            continue
+        m = _INSTRUCTION.match(line)
+        if m and not line.rstrip().endswith("{"):
+            name, rest = m.groups()
+            opcode = _OPCODE.search(rest)
+            op_name = _OP_NAME.search(rest)
+            ops[name] = (opcode.group(1) if opcode else "", phase_of(op_name.group(1)) if op_name else None)
+            called = _CALLS.search(rest)
+            if called:
+                calls[name] = called.group(1)
+            if computation is not None:
+                members.setdefault(computation, []).append(name)
+            continue
+        c = _COMPUTATION.match(line)
+        if c:
+            computation = c.group(1)
+    out = {}
+    for name, (opcode, phase) in ops.items():
+        if phase is None:
+            inner = [ops[i][1] for i in members.get(calls.get(name, ""), []) if ops[i][1] is not None]
+            named = [p for p in inner if p != "other"] or inner
+            phase = max(set(named), key=named.count) if named else "other"
+        out[name] = (opcode, phase)
+    return module, out
+
+
+__all__ = ["PHASES", "PHASE_ROWS", "hlo_phases", "phase_of", "scope", "scoped"]

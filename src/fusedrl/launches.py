@@ -29,8 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+from jax.experimental import topologies
 
-from fusedrl.profile import PHASE_ROWS, hlo_phases, training_program
+from fusedrl.platform import choices_for
+from fusedrl.train import make_train
+from fusedrl.train.phases import PHASE_ROWS, hlo_phases
 
 #: Operations that launch nothing: values that already exist, and the containers whose bodies and
 #: branches are counted instead.
@@ -200,8 +203,6 @@ def target_device(target: str | None):
     if target not in GPU_TARGETS:
         raise ValueError(f"unknown target {target!r}: choose 'default' (this machine's device) or one of "
                          f"{', '.join(sorted(GPU_TARGETS))} (compiled without that GPU)")
-    from jax.experimental import topologies
-
     try:
         topology = topologies.get_topology_desc(platform="cuda", target_config=GPU_TARGETS[target],
                                                 topology="1x1x1")
@@ -213,6 +214,21 @@ def target_device(target: str | None):
     return topology.devices[0]
 
 
+def training_program(trainer, agents: int | None, updates: int):
+    """(init, run) of what a profile measures: `init(key)` makes the state of one agent or, with
+    `agents`, of that many (`jax.vmap`, as `jax.jit(jax.vmap(train))` trains them); `run(state)`
+    trains `updates` updates from it and returns the state and the per-update metrics, as training
+    does (a program that returned the state alone would let XLA drop the metrics' work)."""
+    hp = trainer.default_hparams()
+    if agents is None:
+        return (lambda key: trainer.init(key, hp)), (lambda s: trainer.run(s, hp, int(updates)))
+
+    def init(key):
+        return jax.vmap(trainer.init, in_axes=(0, None))(jax.random.split(key, int(agents)), hp)
+
+    return init, jax.vmap(lambda s: trainer.run(s, hp, int(updates)))
+
+
 def program_launches(config, agents: int | None = None, updates: int = 2, target: str | None = None,
                      tuning=None) -> dict[str, Any]:
     """Kernel launches per training update of `config`, per phase: `updates` updates of the
@@ -220,9 +236,6 @@ def program_launches(config, agents: int | None = None, updates: int = 2, target
     vmapped over that many agents, as `jax.jit(jax.vmap(train))` trains them), compiled for
     `target` (`target_device`) and counted by `count_launches`. The trainer's speed choices are
     those of the target's platform (`tuning` overrides them)."""
-    from fusedrl.platform import choices_for
-    from fusedrl.train import make_train
-
     if int(updates) < 1:
         raise ValueError(f"updates must be >= 1, got {updates}.")
     if agents is not None and int(agents) < 1:
@@ -273,4 +286,4 @@ def format_launches(summary: dict[str, Any]) -> str:
 
 
 __all__ = ["GPU_TARGETS", "NOT_KERNELS", "Launches", "Loop", "count_launches", "format_launches",
-           "program_launches", "target_device"]
+           "program_launches", "target_device", "training_program"]

@@ -59,9 +59,10 @@ from fusedrl._argtypes import UsageError, add_import_option, import_modules, pos
 from fusedrl.compile_cache import use_compile_cache
 from fusedrl.envs import Discrete, make, registered_ids
 from fusedrl.envs.host import GYMNASIUM_PREFIX, is_host_env_id
+from fusedrl.launches import format_launches, program_launches, training_program
 from fusedrl.train.config import PPOConfig
 from fusedrl.train.losses import Batch
-from fusedrl.train.phases import PHASES
+from fusedrl.train.phases import PHASE_ROWS, hlo_phases, phase_of
 from fusedrl.train.ppo import make_train
 from fusedrl.train.presets import preset_fields
 
@@ -255,66 +256,9 @@ def profile_bridge(config: PPOConfig, repeats: int = 5) -> dict[str, Any]:
 
 # ---- phases: the device time of a training run per phase, from a jax.profiler trace ----------
 
-#: The rows of the phase table, in order: the trainer's phases (`fusedrl.train.phases.PHASES`), then
-#: "other" (operations under no phase's scope: per-update metrics, loop bookkeeping, XLA's copies).
-PHASE_ROWS = (*PHASES, "other")
-
 #: Operations that only run others (a loop, a branch, a call): their events enclose the events of
 #: the operations they run, so only those are counted.
 _CONTROL_OPCODES = {"while", "conditional", "call", "async-start", "async-done", "async-update"}
-
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*)$")
-_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
-_OPCODE = re.compile(r"(?<![\w.\-])([a-z][a-z0-9\-]*)\(")
-_OP_NAME = re.compile(r'metadata=\{[^}]*?op_name="([^"]*)"')
-_CALLS = re.compile(r"calls=%?([\w.\-]+)")
-_SCOPE = re.compile("(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, PHASES.values())) + ")(?![A-Za-z0-9_])")
-_PHASE_OF_SCOPE = {v: k for k, v in PHASES.items()}
-
-
-def phase_of(op_name: str) -> str:
-    """The phase of an operation from its `op_name` (the scope path jax wrote into its metadata):
-    the innermost phase scope on the path, "other" under none."""
-    found = _SCOPE.findall(op_name or "")
-    return _PHASE_OF_SCOPE[found[-1]] if found else "other"
-
-
-def hlo_phases(hlo_text: str) -> tuple[str, dict[str, tuple[str, str]]]:
-    """(module name, {instruction name: (opcode, phase)}) of a compiled program's HLO text
-    (`compiled.as_text()`). A fusion's phase is its own metadata's, or, where it has none, the
-    most common phase among the operations it fuses."""
-    module = ""
-    ops: dict[str, tuple[str, str | None]] = {}
-    calls: dict[str, str] = {}
-    members: dict[str, list[str]] = {}
-    computation = None
-    for line in hlo_text.splitlines():
-        if line.startswith("HloModule "):
-            module = line.split()[1].rstrip(",")
-            continue
-        m = _INSTRUCTION.match(line)
-        if m and not line.rstrip().endswith("{"):
-            name, rest = m.groups()
-            opcode = _OPCODE.search(rest)
-            op_name = _OP_NAME.search(rest)
-            ops[name] = (opcode.group(1) if opcode else "", phase_of(op_name.group(1)) if op_name else None)
-            called = _CALLS.search(rest)
-            if called:
-                calls[name] = called.group(1)
-            if computation is not None:
-                members.setdefault(computation, []).append(name)
-            continue
-        c = _COMPUTATION.match(line)
-        if c:
-            computation = c.group(1)
-    out = {}
-    for name, (opcode, phase) in ops.items():
-        if phase is None:
-            inner = [ops[i][1] for i in members.get(calls.get(name, ""), []) if ops[i][1] is not None]
-            named = [p for p in inner if p != "other"] or inner
-            phase = max(set(named), key=named.count) if named else "other"
-        out[name] = (opcode, phase)
-    return module, out
 
 
 def read_trace(trace_dir: str) -> list[dict[str, Any]]:
@@ -401,21 +345,6 @@ def phase_times(events: Sequence[dict[str, Any]], module: str,
         seconds[phase] += dur
     lanes = len({(e.get("pid"), e.get("tid")) for e in counted})
     return seconds, {"events": len(counted), "lanes": lanes, "source": source, "unmatched_s": unmatched}
-
-
-def training_program(trainer, agents: int | None, updates: int):
-    """(init, run) of what a profile measures: `init(key)` makes the state of one agent or, with
-    `agents`, of that many (`jax.vmap`, as `jax.jit(jax.vmap(train))` trains them); `run(state)`
-    trains `updates` updates from it and returns the state and the per-update metrics, as training
-    does (a program that returned the state alone would let XLA drop the metrics' work)."""
-    hp = trainer.default_hparams()
-    if agents is None:
-        return (lambda key: trainer.init(key, hp)), (lambda s: trainer.run(s, hp, int(updates)))
-
-    def init(key):
-        return jax.vmap(trainer.init, in_axes=(0, None))(jax.random.split(key, int(agents)), hp)
-
-    return init, jax.vmap(lambda s: trainer.run(s, hp, int(updates)))
 
 
 def profile_phases(config, agents: int | None = None, updates: int = 4,
@@ -666,8 +595,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "fusedrl profile") -> in
         return 2
     use_compile_cache(args.no_compile_cache)
     if args.launches:
-        from fusedrl.launches import format_launches, program_launches
-
         try:
             summary = program_launches(config, args.agents, args.updates, args.target)
         except (ValueError, RuntimeError) as e:  # an unknown target; no CUDA plugin for a GPU one
