@@ -131,3 +131,66 @@ def test_presets_bench_compares_dtypes_from_the_same_keys(capsys, monkeypatch):
 
     with pytest.raises(SystemExit):
         bench_presets.main(["--env", "CartPole-v1", "--dtypes", "float32"])  # one dtype: nothing to compare
+
+
+@pytest.mark.parametrize("combo", ["ppo-mlp", "ppo-cnn", "ppo-gru", "ppo-lstm", "a2c-mlp"])
+def test_the_rollout_casts_the_layers_once_with_the_same_outputs(combo, monkeypatch):
+    """`compute_params` casts every layer's kernel and bias to bfloat16 once (the rollout's loop
+    would otherwise cast them at every step) and leaves the rest (Pendulum's log-std) float32. Each
+    built-in network gives the same bits on the cast parameters, and so does a whole bfloat16
+    rollout, against the same rollout with the casts left to the layers."""
+    from fusedrl.networks import compute_params
+    from fusedrl.train import trainer as trainer_module
+
+    config_cls, fields = COMBOS[combo]
+    t16 = make_train(config_cls(**{**TINY, **fields, "compute_dtype": "bfloat16"}))
+    hparams = t16.default_hparams()
+    key = jax.random.key(5)
+    state = jax.jit(t16.init)(key, hparams)
+    cast = compute_params(state.params, "bfloat16")
+    leaves = [(p[-1].key, x.dtype) for p, x in jax.tree_util.tree_leaves_with_path(cast)]
+    assert {d for name, d in leaves if name in ("kernel", "bias")} == {jnp.dtype(jnp.bfloat16)}
+    assert {d for name, d in leaves if name not in ("kernel", "bias")} <= {jnp.dtype(jnp.float32)}
+    assert compute_params(state.params, "float32") is state.params
+
+    obs = state.obs
+    args = (state.policy_state, obs) if t16.recurrent else (obs,)
+    for a, b in zip(jax.tree.leaves(t16.network.apply(cast, *args)),
+                    jax.tree.leaves(t16.network.apply(state.params, *args)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    def rollout():
+        out = jax.jit(lambda s: t16.rollout(s, hparams, t16.make_env(hparams), key))(state)
+        return jax.tree.map(lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(
+            x.dtype, jax.dtypes.prng_key) else x, out)
+
+    kernels = {x.shape for p, x in jax.tree_util.tree_leaves_with_path(state.params) if p[-1].key == "kernel"}
+
+    def casts_in_the_step_loop():
+        """float32 -> bfloat16 casts of kernel-shaped arrays inside the rollout's scan (jaxpr)."""
+        from jax.extend.core import ClosedJaxpr, Jaxpr
+
+        def walk(jaxpr, in_scan):
+            found = 0
+            for eqn in jaxpr.eqns:
+                if in_scan and eqn.primitive.name == "convert_element_type":
+                    x = eqn.invars[0].aval
+                    found += x.dtype == jnp.float32 and x.shape in kernels
+                for v in eqn.params.values():
+                    for sub in v if isinstance(v, tuple | list) else [v]:
+                        inner = sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub
+                        if isinstance(inner, Jaxpr):
+                            found += walk(inner, in_scan or eqn.primitive.name == "scan")
+            return found
+
+        program = jax.make_jaxpr(lambda s: t16.rollout(s, hparams, t16.make_env(hparams), key))
+        return walk(program(state).jaxpr, False)
+
+    once, casts_once = rollout(), casts_in_the_step_loop()
+    monkeypatch.setattr(trainer_module, "compute_params", lambda params, dtype: params)
+    for a, b in zip(jax.tree.leaves(once), jax.tree.leaves(rollout()), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # Left to the layers, the step loop casts every kernel; cast once, none. (A recurrent carry
+    # [envs, H] can share a kernel's shape and is cast in the loop either way: hence the difference.)
+    assert casts_in_the_step_loop() - casts_once >= len(kernels)
+    assert casts_once == 0 or t16.recurrent

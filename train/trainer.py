@@ -34,7 +34,7 @@ from fusedrl.metrics import (  # re-exported
     episode_values,
     has_episode,
 )
-from fusedrl.networks import RecurrentActorCritic, build_network, is_image
+from fusedrl.networks import RecurrentActorCritic, build_network, compute_params, is_image
 from fusedrl.platform import choices_platform
 from fusedrl.train import multiagent as MA
 from fusedrl.train.config import Hyperparams
@@ -317,11 +317,14 @@ class Trainer:
         """`num_steps` steps of the fused envs with the current policy: (state, [T, N] Transitions).
         Each step's next observation is checked for NaN and inf there; with
         `tuning.value_in_rollout` it is valued there too (when the algorithm bootstraps), else kept
-        (`next_obs`) for the targets to value; `keep_next_obs` keeps it in any case."""
+        (`next_obs`) for the targets to value; `keep_next_obs` keeps it in any case. A network that
+        computes in bfloat16 gets its layers' parameters cast once, before the step loop
+        (`compute_params`: the same outputs)."""
         in_rollout = self.algorithm.bootstraps and self.tuning.value_in_rollout
         keep_next_obs = keep_next_obs or (self.algorithm.bootstraps and not in_rollout)
         env_state, obs, policy_state, traj = rollout(
-            self.policy_step, state.params, venv, state.env_state, state.obs, state.policy_state,
+            self.policy_step, compute_params(state.params, self.config.compute_dtype), venv, state.env_state,
+            state.obs, state.policy_state,
             hparams.env_params, key, num_steps=self.config.num_steps, noise=self.noise, tuning=self.tuning,
             reset_policy_state=self.reset_policy_state,
             next_value=self.value_after_step if in_rollout else None,

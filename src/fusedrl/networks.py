@@ -28,6 +28,24 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.sil
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
+def compute_params(params, compute_dtype: str):
+    """`params` with every layer's kernel and bias cast to `compute_dtype`, as the built-in
+    networks' layers cast them when applied (their `dtype`); other parameters (a Gaussian's
+    log-std) stay as they are. Applying a built-in network to the result gives its outputs on
+    `params` bit for bit, with the casts done once: the rollout's loop reuses one set of parameters
+    for every step, and XLA does not move the layers' casts out of the loop by itself (on a GPU,
+    one kernel per layer per step). float32: `params` unchanged."""
+    dtype = COMPUTE_DTYPES[compute_dtype]
+    if dtype == jnp.float32:
+        return params
+
+    def cast(path, x):
+        name = getattr(path[-1], "key", None)
+        return x.astype(dtype) if name in ("kernel", "bias") and jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 class Dense(nn.Module):
     """`flax.linen.Dense` (same parameters: kernel [n, m], bias [m], always float32), computing in
     `dtype`, without implicit rank promotion."""
