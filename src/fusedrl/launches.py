@@ -16,7 +16,8 @@ a launch, and it says nothing of them. Use it to compare two programs of the sam
 after a change, fusedrl and PureJaxRL) and to see where the launches are; time the programs on the
 device itself (`fusedrl profile --phases`, `python -m fusedrl.bench gpu`).
 
-Compiling for a GPU without one needs jax's CUDA plugin (`pip install "jax[cuda12]"`) and
+Compiling for a GPU without one needs jax's CUDA plugin of the installed jax (`pip install --no-deps
+"jax-cuda12-plugin==V" "jax-cuda12-pjrt==V"`; no CUDA libraries are needed to compile) and
 `JAX_PLATFORMS=cpu` (so that jax does not look for a device to run on); XLA then compiles for the
 model's description in `GPU_TARGETS` (compute capability, cores, memory) without a driver.
 """
@@ -208,9 +209,9 @@ def target_device(target: str | None):
                                                 topology="1x1x1")
     except Exception as e:  # no plugin: jax raises RuntimeError or NotImplementedError by version
         raise RuntimeError(
-            f"compiling for {target} without a GPU needs jax's CUDA plugin of this jax version "
-            f"(pip install \"jax[cuda12]=={jax.__version__}\") and JAX_PLATFORMS=cpu set before jax "
-            f"starts: {type(e).__name__}: {e}") from e
+            f"compiling for {target} without a GPU needs jax's CUDA plugin of this jax version (pip "
+            f"install --no-deps jax-cuda12-plugin=={jax.__version__} jax-cuda12-pjrt=={jax.__version__}) "
+            f"and JAX_PLATFORMS=cpu set before jax starts: {type(e).__name__}: {e}") from e
     return topology.devices[0]
 
 
