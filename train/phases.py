@@ -66,34 +66,48 @@ def phase_of(op_name: str) -> str:
     return _PHASE_OF_SCOPE[found[-1]] if found else "other"
 
 
-def hlo_phases(hlo_text: str) -> tuple[str, dict[str, tuple[str, str]]]:
-    """(module name, {instruction name: (opcode, phase)}) of a compiled program's HLO text
-    (`compiled.as_text()`). A fusion's phase is its own metadata's, or, where it has none, the
-    most common phase among the operations it fuses."""
-    module = ""
-    ops: dict[str, tuple[str, str | None]] = {}
-    calls: dict[str, str] = {}
-    members: dict[str, list[str]] = {}
-    computation = None
+def hlo_computations(hlo_text: str) -> tuple[str, str | None, dict[str | None, list[tuple[str, str, str]]]]:
+    """(module name, entry computation, {computation: [(instruction, opcode, rest of its line)]}) of
+    a compiled program's HLO text (`compiled.as_text()`), the instructions in their order. The one
+    reader of that text here: `hlo_phases` and `fusedrl.launches.count_launches` both start from it."""
+    module, entry, current = "", None, None
+    computations: dict[str | None, list[tuple[str, str, str]]] = {}
     for line in hlo_text.splitlines():
         if line.startswith("HloModule "):
             module = line.split()[1].rstrip(",")
+            continue
+        c = _COMPUTATION.match(line)
+        if c and "=" not in line.split("(", 1)[0]:
+            current = c.group(1)
+            computations[current] = []
+            if line.lstrip().startswith("ENTRY"):
+                entry = current
             continue
         m = _INSTRUCTION.match(line)
         if m and not line.rstrip().endswith("{"):
             name, rest = m.groups()
             opcode = _OPCODE.search(rest)
+            computations.setdefault(current, []).append((name, opcode.group(1) if opcode else "", rest))
+    return module, entry, computations
+
+
+def hlo_phases(hlo_text: str, computations=None) -> tuple[str, dict[str, tuple[str, str]]]:
+    """(module name, {instruction name: (opcode, phase)}) of a compiled program's HLO text
+    (`compiled.as_text()`; or its `hlo_computations`, already read). A fusion's phase is its own
+    metadata's, or, where it has none, the most common phase among the operations it fuses."""
+    module, _, computations = hlo_computations(hlo_text) if computations is None else ("", None, computations)
+    ops: dict[str, tuple[str, str | None]] = {}
+    calls: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    for computation, instructions in computations.items():
+        for name, opcode, rest in instructions:
             op_name = _OP_NAME.search(rest)
-            ops[name] = (opcode.group(1) if opcode else "", phase_of(op_name.group(1)) if op_name else None)
+            ops[name] = (opcode, phase_of(op_name.group(1)) if op_name else None)
             called = _CALLS.search(rest)
             if called:
                 calls[name] = called.group(1)
             if computation is not None:
                 members.setdefault(computation, []).append(name)
-            continue
-        c = _COMPUTATION.match(line)
-        if c:
-            computation = c.group(1)
     out = {}
     for name, (opcode, phase) in ops.items():
         if phase is None:
@@ -104,4 +118,4 @@ def hlo_phases(hlo_text: str) -> tuple[str, dict[str, tuple[str, str]]]:
     return module, out
 
 
-__all__ = ["PHASES", "PHASE_ROWS", "hlo_phases", "phase_of", "scope", "scoped"]
+__all__ = ["PHASES", "PHASE_ROWS", "hlo_computations", "hlo_phases", "phase_of", "scope", "scoped"]

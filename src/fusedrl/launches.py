@@ -34,7 +34,7 @@ from jax.experimental import topologies
 
 from fusedrl.platform import choices_for
 from fusedrl.train import make_train
-from fusedrl.train.phases import PHASE_ROWS, hlo_phases
+from fusedrl.train.phases import PHASE_ROWS, hlo_computations, hlo_phases
 
 #: Operations that launch nothing: values that already exist, and the containers whose bodies and
 #: branches are counted instead.
@@ -44,9 +44,6 @@ NOT_KERNELS = frozenset({
     "async-done", "async-update", "copy-done", "send-done", "recv-done",
 })
 
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*)$")
-_OPCODE = re.compile(r"(?<![\w.\-])([a-z][a-z0-9\-]*)\(")
 _BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 _CONDITION = re.compile(r"\bcondition=%?([\w.\-]+)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
@@ -89,39 +86,22 @@ class Launches:
     def total(self) -> int:
         return sum(self.per_phase.values())
 
-
-def _parse(hlo_text: str):
-    """(entry computation, {computation: [(instruction, opcode, rest of line)]})."""
-    computations: dict[str, list[tuple[str, str, str]]] = {}
-    entry, current = None, None
-    for line in hlo_text.splitlines():
-        c = _COMPUTATION.match(line)
-        if c and "=" not in line.split("(", 1)[0]:
-            current = c.group(2)
-            computations[current] = []
-            if c.group(1):
-                entry = current
-            continue
-        if line.startswith("}"):
-            current = None
-            continue
-        m = _INSTRUCTION.match(line)
-        if m and current is not None:
-            name, rest = m.groups()
-            opcode = _OPCODE.search(rest)
-            computations[current].append((name, opcode.group(1) if opcode else "", rest))
-    if entry is None:
-        raise ValueError("no ENTRY computation in this HLO text: pass a compiled program's "
-                         "`compiled.as_text()`")
-    return entry, computations
+    def loop_rows(self) -> list[dict[str, Any]]:
+        """The loops as JSON rows: path, trip, starts, kernels per iteration, launches in all."""
+        return [{"path": list(lp.path), "trip": lp.trip, "starts": lp.starts,
+                 "per_iteration": sum(lp.per_iteration.values()), "launches": lp.launches}
+                for lp in self.loops]
 
 
 def count_launches(hlo_text: str) -> Launches:
     """The kernel launches of one run of the program whose optimised HLO is `hlo_text`
     (`jax.jit(f).lower(...).compile().as_text()`), from its loops' known trip counts. A conditional
     counts its largest branch (an upper bound: which branch runs is decided at run time)."""
-    entry, computations = _parse(hlo_text)
-    _, phases = hlo_phases(hlo_text)
+    _, entry, computations = hlo_computations(hlo_text)
+    if entry is None:
+        raise ValueError("no ENTRY computation in this HLO text: pass a compiled program's "
+                         "`compiled.as_text()`")
+    _, phases = hlo_phases(hlo_text, computations)
     loops: list[Loop] = []
     per_phase = dict.fromkeys(PHASE_ROWS, 0)
 
@@ -260,9 +240,7 @@ def program_launches(config, agents: int | None = None, updates: int = 2, target
         "jax": jax.__version__,
         "per_update": {k: v / int(updates) for k, v in counted.per_phase.items()},
         "total_per_update": counted.total / int(updates),
-        "loops": [{"path": list(lp.path), "trip": lp.trip, "starts": lp.starts,
-                   "per_iteration": sum(lp.per_iteration.values()), "launches": lp.launches}
-                  for lp in counted.loops],
+        "loops": counted.loop_rows(),
     }
 
 

@@ -45,8 +45,7 @@ def purejaxrl_launches(env: str, agents: int, updates: int, target: str | None, 
         with open(path, encoding="utf-8") as f:
             counted = count_launches(f.read())
     return {"device": out.get("device"), "total_per_update": counted.total / updates,
-            "loops": [{"path": list(lp.path), "trip": lp.trip, "launches": lp.launches,
-                       "per_iteration": sum(lp.per_iteration.values())} for lp in counted.loops]}
+            "loops": counted.loop_rows()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
